@@ -1,0 +1,1 @@
+"""The Agora agent: core, containerizer, status updates, executors, daemon."""

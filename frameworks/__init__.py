@@ -1,0 +1,1 @@
+"""Frameworks bundled with Agora, built on agora.sdk alone."""

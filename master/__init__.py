@@ -1,0 +1,1 @@
+"""The Agora master: allocator, state machine, election, registry, daemon."""

@@ -1,0 +1,1 @@
+"""Agora's public contract: resources, messages and codec, transport, drivers, CLI."""
