@@ -1,0 +1,1 @@
+"""The master state machine: handle(sender, message, now) and tick(now) return actions."""
