@@ -1,0 +1,226 @@
+"""Records shared by several messages: framework, agent and task descriptions, offers, gangs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Annotated, ClassVar, TypeAlias
+
+from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, GangID, OfferID, TaskID
+from agora.sdk.messages._record import (
+    DAY,
+    MaxItems,
+    Range,
+    Record,
+    Seconds,
+    ShortStr,
+    Timestamp,
+    Uuid,
+)
+from agora.sdk.messages.enums import (
+    FrameworkCapability,
+    Placement,
+    Reason,
+    StatusSource,
+    TaskState,
+)
+from agora.sdk.resources import Resources
+
+__all__ = [
+    "AgentInfo",
+    "AgentTask",
+    "CommandInfo",
+    "ExecutorInfo",
+    "Filters",
+    "FrameworkInfo",
+    "GangRequest",
+    "Launch",
+    "LaunchGroup",
+    "MasterInfo",
+    "Offer",
+    "Operation",
+    "ReconcileTask",
+    "Reserve",
+    "StatusUpdate",
+    "TaskGroupInfo",
+    "TaskInfo",
+    "TaskStatus",
+    "Unreserve",
+]
+
+_MAX_GANG = 10_000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MasterInfo(Record):
+    master_id: ShortStr
+    address: ShortStr
+    epoch: Annotated[int, Range(0, 2**63 - 1)]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FrameworkInfo(Record):
+    name: str
+    user: ShortStr = ""
+    roles: Annotated[tuple[ShortStr, ...], MaxItems(1024)] = ("*",)
+    failover_timeout: Seconds = 0.0
+    capabilities: Annotated[tuple[FrameworkCapability, ...], MaxItems(64)] = ()
+    principal: ShortStr | None = None
+    hostname: ShortStr = ""
+    framework_id: FrameworkID | None = None
+    checkpoint: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentInfo(Record):
+    hostname: ShortStr
+    resources: Resources
+    attributes: Mapping[str, str] = field(default_factory=dict)
+    port: Annotated[int, Range(0, 65_535)] = 0
+    agent_id: AgentID | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommandInfo(Record):
+    """What to run: ``value`` through the shell when ``shell``, else ``argv`` directly."""
+
+    value: str | None = None
+    argv: tuple[str, ...] = ()
+    shell: bool = True
+    environment: Mapping[str, str] = field(default_factory=dict)
+    user: ShortStr | None = None
+    uris: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExecutorInfo(Record):
+    executor_id: ExecutorID
+    framework_id: FrameworkID
+    command: CommandInfo
+    resources: Resources = field(default_factory=Resources)
+    name: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskInfo(Record):
+    task_id: TaskID
+    name: str
+    agent_id: AgentID
+    resources: Resources
+    command: CommandInfo | None = None
+    executor: ExecutorInfo | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    data: bytes = b""
+    kill_grace_period: Seconds | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskGroupInfo(Record):
+    tasks: tuple[TaskInfo, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskStatus(Record):
+    task_id: TaskID
+    state: TaskState
+    source: StatusSource
+    reason: Reason | None = None
+    message: str = ""
+    agent_id: AgentID | None = None
+    executor_id: ExecutorID | None = None
+    uuid: Uuid | None = None
+    healthy: bool | None = None
+    timestamp: Timestamp = 0.0
+    unreachable_time: Timestamp | None = None
+    data: bytes = b""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Filters(Record):
+    refuse_seconds: Annotated[float, Range(0, 365 * DAY)] = 5.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Offer(Record):
+    offer_id: OfferID
+    framework_id: FrameworkID
+    agent_id: AgentID
+    hostname: ShortStr
+    role: ShortStr
+    resources: Resources
+    attributes: Mapping[str, str] = field(default_factory=dict)
+    gang_id: GangID | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GangRequest(Record):
+    """``count`` slots of ``shape`` for ``role``, held together for at most ``hold_timeout`` s.
+
+    ``max_per_agent``: 0 = no cap; > 0 = at most this many slots on one agent.
+    """
+
+    gang_id: GangID
+    role: ShortStr
+    count: Annotated[int, Range(1, _MAX_GANG)]
+    shape: Resources
+    placement: Placement = Placement.DISTINCT
+    hold_timeout: Annotated[float, Range(0, 365 * DAY, lo_open=True)] = 60.0
+    max_per_agent: Annotated[int, Range(0, _MAX_GANG)] = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReconcileTask(Record):
+    task_id: TaskID
+    agent_id: AgentID | None = None
+
+
+# Operations of an ACCEPT. On the wire each is a map whose "type" key holds the class's TYPE.
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Launch(Record):
+    TYPE: ClassVar[str] = "LAUNCH"
+    task_infos: tuple[TaskInfo, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LaunchGroup(Record):
+    TYPE: ClassVar[str] = "LAUNCH_GROUP"
+    executor: ExecutorInfo
+    task_group: TaskGroupInfo
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reserve(Record):
+    TYPE: ClassVar[str] = "RESERVE"
+    resources: Resources
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Unreserve(Record):
+    TYPE: ClassVar[str] = "UNRESERVE"
+    resources: Resources
+
+
+Operation: TypeAlias = Launch | LaunchGroup | Reserve | Unreserve
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StatusUpdate(Record):
+    """A task status on its way to the framework; ``latest_state`` is the newest queued state."""
+
+    framework_id: FrameworkID
+    status: TaskStatus
+    latest_state: TaskState | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentTask(Record):
+    """A task as an agent reports it when re-registering."""
+
+    task: TaskInfo
+    framework_id: FrameworkID
+    state: TaskState
+    status_uuid: Uuid | None = None
+    #: The role the task's resources were allocated to (the offer's role).
+    role: ShortStr = "*"

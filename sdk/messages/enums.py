@@ -1,0 +1,122 @@
+"""Enumerations carried on the wire; each member's value is its name, which the codec sends."""
+
+from __future__ import annotations
+
+import enum
+from typing import Final
+
+__all__ = [
+    "TERMINAL_STATES",
+    "ErrorCode",
+    "FrameworkCapability",
+    "Placement",
+    "Reason",
+    "StatusSource",
+    "TaskState",
+    "is_terminal",
+]
+
+
+@enum.unique
+class TaskState(enum.Enum):
+    STAGING = "STAGING"
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    KILLING = "KILLING"
+    FINISHED = "FINISHED"
+    FAILED = "FAILED"
+    KILLED = "KILLED"
+    ERROR = "ERROR"
+    LOST = "LOST"
+    DROPPED = "DROPPED"
+    UNREACHABLE = "UNREACHABLE"
+    GONE = "GONE"
+    GONE_BY_OPERATOR = "GONE_BY_OPERATOR"
+    UNKNOWN = "UNKNOWN"
+
+
+# LOST is deliberately absent: it is "not always" terminal (the task may come back RUNNING when its
+# agent re-registers); the master decides case by case.
+TERMINAL_STATES: Final[frozenset[TaskState]] = frozenset(
+    {
+        TaskState.FINISHED,
+        TaskState.FAILED,
+        TaskState.KILLED,
+        TaskState.ERROR,
+        TaskState.DROPPED,
+        TaskState.GONE,
+    }
+)
+
+
+def is_terminal(state: TaskState) -> bool:
+    """True for states a task never leaves (see TERMINAL_STATES; LOST is not one)."""
+    return state in TERMINAL_STATES
+
+
+@enum.unique
+class StatusSource(enum.Enum):
+    MASTER = "MASTER"
+    AGENT = "AGENT"
+    EXECUTOR = "EXECUTOR"
+
+
+@enum.unique
+class Reason(enum.Enum):
+    AGENT_DISCONNECTED = "AGENT_DISCONNECTED"
+    AGENT_REMOVED = "AGENT_REMOVED"
+    AGENT_RESTARTED = "AGENT_RESTARTED"
+    AGENT_UNKNOWN = "AGENT_UNKNOWN"
+    AGENT_REREGISTERED = "AGENT_REREGISTERED"
+    EXECUTOR_REGISTRATION_TIMEOUT = "EXECUTOR_REGISTRATION_TIMEOUT"
+    EXECUTOR_TERMINATED = "EXECUTOR_TERMINATED"
+    EXECUTOR_UNREGISTERED = "EXECUTOR_UNREGISTERED"
+    FRAMEWORK_REMOVED = "FRAMEWORK_REMOVED"
+    CONTAINER_LAUNCH_FAILED = "CONTAINER_LAUNCH_FAILED"
+    CONTAINER_LIMITATION = "CONTAINER_LIMITATION"
+    CONTAINER_LIMITATION_MEMORY = "CONTAINER_LIMITATION_MEMORY"
+    CONTAINER_LIMITATION_DISK = "CONTAINER_LIMITATION_DISK"
+    CONTAINER_PREEMPTED = "CONTAINER_PREEMPTED"
+    INVALID_OFFERS = "INVALID_OFFERS"
+    RECONCILIATION = "RECONCILIATION"
+    TASK_INVALID = "TASK_INVALID"
+    TASK_UNAUTHORIZED = "TASK_UNAUTHORIZED"
+    TASK_UNKNOWN = "TASK_UNKNOWN"
+    TASK_KILLED_DURING_LAUNCH = "TASK_KILLED_DURING_LAUNCH"
+    TASK_HEALTH_CHECK_STATUS_UPDATED = "TASK_HEALTH_CHECK_STATUS_UPDATED"
+    COMMAND_EXECUTOR_FAILED = "COMMAND_EXECUTOR_FAILED"
+    MAX_COMPLETED_TASKS = "MAX_COMPLETED_TASKS"
+    GANG_INCOMPLETE = "GANG_INCOMPLETE"
+    TIMEOUT = "TIMEOUT"
+
+
+@enum.unique
+class FrameworkCapability(enum.Enum):
+    PARTITION_AWARE = "PARTITION_AWARE"
+    TASK_KILLING_STATE = "TASK_KILLING_STATE"
+    MULTI_ROLE = "MULTI_ROLE"
+    GANG = "GANG"
+
+
+@enum.unique
+class Placement(enum.Enum):
+    """Where the slots of a gang may land: one per agent, as few agents as possible, or anywhere."""
+
+    DISTINCT = "DISTINCT"
+    PACK = "PACK"
+    ANY = "ANY"
+
+
+@enum.unique
+class ErrorCode(enum.Enum):
+    BAD_REQUEST = "BAD_REQUEST"
+    NOT_SUBSCRIBED = "NOT_SUBSCRIBED"
+    FORBIDDEN = "FORBIDDEN"
+    NOT_LEADER = "NOT_LEADER"
+    UNKNOWN_FRAMEWORK = "UNKNOWN_FRAMEWORK"
+    UNKNOWN_OFFER = "UNKNOWN_OFFER"
+    UNKNOWN_AGENT = "UNKNOWN_AGENT"
+    UNKNOWN_TASK = "UNKNOWN_TASK"
+    FRAMEWORK_REMOVED = "FRAMEWORK_REMOVED"
+    AGENT_REMOVED = "AGENT_REMOVED"
+    INTERNAL = "INTERNAL"

@@ -1,0 +1,93 @@
+"""Messages between an agent and its executors.
+
+KILL_TASK, SHUTDOWN_EXECUTOR, STATUS_UPDATE, STATUS_UPDATE_ACK and FRAMEWORK_TO_EXECUTOR also flow
+on this link; they are defined once, in ``agent.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from agora.sdk.ids import AgentID, ExecutorID, FrameworkID
+from agora.sdk.messages._record import Message
+from agora.sdk.messages.common import (
+    AgentInfo,
+    ExecutorInfo,
+    FrameworkInfo,
+    StatusUpdate,
+    TaskGroupInfo,
+    TaskInfo,
+)
+
+__all__ = [
+    "MESSAGES",
+    "ExecutorRegistered",
+    "ExecutorReregistered",
+    "LaunchTask",
+    "LaunchTaskGroup",
+    "RegisterExecutor",
+    "ReregisterExecutor",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RegisterExecutor(Message):
+    NAME: ClassVar[str] = "REGISTER_EXECUTOR"
+    framework_id: FrameworkID
+    executor_id: ExecutorID
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExecutorRegistered(Message):
+    NAME: ClassVar[str] = "EXECUTOR_REGISTERED"
+    executor_info: ExecutorInfo
+    framework_id: FrameworkID
+    framework_info: FrameworkInfo
+    agent_id: AgentID
+    agent_info: AgentInfo
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReregisterExecutor(Message):
+    """A reconnecting executor re-sends its unacknowledged tasks and updates."""
+
+    NAME: ClassVar[str] = "REREGISTER_EXECUTOR"
+    framework_id: FrameworkID
+    executor_id: ExecutorID
+    tasks: tuple[TaskInfo, ...] = ()
+    updates: tuple[StatusUpdate, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExecutorReregistered(Message):
+    NAME: ClassVar[str] = "EXECUTOR_REREGISTERED"
+    agent_id: AgentID
+    agent_info: AgentInfo
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LaunchTask(Message):
+    NAME: ClassVar[str] = "LAUNCH_TASK"
+    framework_id: FrameworkID
+    task: TaskInfo
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LaunchTaskGroup(Message):
+    """The LAUNCH_GROUP message (the class name avoids clashing with the LaunchGroup operation)."""
+
+    NAME: ClassVar[str] = "LAUNCH_GROUP"
+    framework_id: FrameworkID
+    executor: ExecutorInfo
+    task_group: TaskGroupInfo
+
+
+MESSAGES: tuple[type[Message], ...] = (
+    RegisterExecutor,
+    ExecutorRegistered,
+    ReregisterExecutor,
+    ExecutorReregistered,
+    LaunchTask,
+    LaunchTaskGroup,
+)
