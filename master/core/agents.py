@@ -1,0 +1,260 @@
+"""Agents: registration, re-registration, health checks, unreachability and removal."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from agora.master.core.actions import Peer
+from agora.master.core.offers import rescind_offers
+from agora.master.core.state import Agent, AgentStatus, MasterState, Task
+from agora.master.core.tasks import is_final
+from agora.sdk.ids import AgentID, FrameworkID
+from agora.sdk.messages import (
+    AgentInfo,
+    AgentRegistered,
+    AgentReregistered,
+    AgentTask,
+    Error,
+    ErrorCode,
+    Failure,
+    Ping,
+    Reason,
+    RegisterAgent,
+    ReregisterAgent,
+    ShutdownAgent,
+    ShutdownFramework,
+    TaskState,
+    Update,
+)
+from agora.sdk.resources import Resources
+
+__all__ = [
+    "mark_unreachable",
+    "on_register",
+    "on_reregister",
+    "on_unregister",
+    "ping_agents",
+]
+
+
+def on_register(st: MasterState, sender: Peer, msg: RegisterAgent, now: float) -> None:
+    info = msg.agent_info
+    known = st.agents_by_peer.get(sender)
+    if known is not None and st.agents[known].info.hostname == info.hostname:
+        # A retried registration whose answer was lost: answer again, same id.
+        st.send(sender, AgentRegistered(agent_id=known, master_info=st.master_info))
+        return
+    if not info.hostname:
+        st.send(sender, Error(message="an agent needs a hostname", code=ErrorCode.BAD_REQUEST))
+        return
+    if not info.resources:
+        st.send(
+            sender, Error(message="an agent must offer some resources", code=ErrorCode.BAD_REQUEST)
+        )
+        return
+    agent_id = AgentID(st.mint("A"))
+    _admit(st, sender, agent_id, msg.agent_info, now, {})
+    st.send(sender, AgentRegistered(agent_id=agent_id, master_info=st.master_info))
+
+
+def _admit(
+    st: MasterState,
+    peer: Peer,
+    agent_id: AgentID,
+    info: AgentInfo,
+    now: float,
+    used: dict[tuple[FrameworkID, str], Resources],
+) -> Agent:
+    old = st.agents_by_peer.get(peer)
+    if old is not None and old != agent_id:
+        del st.agents_by_peer[peer]
+    agent = st.agents.get(agent_id)
+    if agent is None:
+        agent = Agent(
+            agent_id=agent_id, info=info, peer=peer, status=AgentStatus.ACTIVE, registered_at=now
+        )
+        st.agents[agent_id] = agent
+    agent.info = info
+    agent.peer = peer
+    agent.status = AgentStatus.ACTIVE
+    agent.unreachable_since = None
+    agent.missed_pings = 0
+    st.agents_by_peer[peer] = agent_id
+    st.allocator.add_agent(agent_id, info.resources, now, used=used)
+    st.dirty_agents.add(agent_id)
+    return agent
+
+
+def on_reregister(st: MasterState, sender: Peer, msg: ReregisterAgent, now: float) -> None:
+    agent_id = msg.agent_id
+    if agent_id in st.removed_agents:
+        st.send(sender, ShutdownAgent(message=f"agent {agent_id} was removed from the cluster"))
+        return
+    existing = st.agents.get(agent_id)
+    if existing is not None and existing.status is AgentStatus.ACTIVE:
+        # Spurious re-registration (a reconnect): keep everything, just rebind.
+        if existing.peer != sender:
+            st.agents_by_peer.pop(existing.peer, None)
+            existing.peer = sender
+            st.agents_by_peer[sender] = agent_id
+        existing.missed_pings = 0
+        _adopt_unknown_tasks(st, existing, msg.tasks)
+        st.send(sender, AgentReregistered(agent_id=agent_id, master_info=st.master_info))
+        return
+
+    reported = [at for at in msg.tasks if at.framework_id not in st.removed_frameworks]
+    orphans = {at.framework_id for at in msg.tasks if at.framework_id in st.removed_frameworks}
+    used: dict[tuple[FrameworkID, str], Resources] = defaultdict(Resources)
+    for at in reported:
+        if not is_final(at.state):
+            key = (at.framework_id, _role(st, at))
+            used[key] = used[key] + at.task.resources
+    for ex in msg.executors:
+        if ex.framework_id not in st.removed_frameworks and ex.resources:
+            role = _executor_role(st, ex.framework_id, msg.tasks)
+            used[(ex.framework_id, role)] = used[(ex.framework_id, role)] + ex.resources
+    previously = set(existing.tasks) if existing is not None else set()
+    agent = _admit(st, sender, agent_id, msg.agent_info, now, dict(used))
+    for ex in msg.executors:
+        if ex.framework_id not in st.removed_frameworks:
+            role = _executor_role(st, ex.framework_id, msg.tasks)
+            agent.executors.setdefault((ex.framework_id, ex.executor_id), (ex, role))
+
+    seen = set()
+    for at in reported:
+        key = (at.framework_id, at.task.task_id)
+        seen.add(key)
+        task = st.tasks.get(key)
+        if task is None:
+            task = Task(
+                info=at.task,
+                framework_id=at.framework_id,
+                agent_id=agent_id,
+                role=_role(st, at),
+                resources=at.task.resources,
+                state=at.state,
+            )
+            st.add_task(task)
+        else:
+            task.state = at.state
+        task.released = is_final(at.state)
+        if key in previously:
+            # Back from unreachable: the framework heard UNREACHABLE/LOST; it is running again.
+            status = st.master_status(
+                at.task.task_id, at.state, Reason.AGENT_REREGISTERED, now, agent_id=agent_id
+            )
+            task.status = status
+            st.send_framework(at.framework_id, Update(status=status))
+    for key in previously - seen:
+        task = st.tasks.get(key)
+        if task is not None and not is_final(task.state):
+            fw = st.frameworks.get(task.framework_id)
+            state = TaskState.GONE if fw is not None and fw.partition_aware else TaskState.LOST
+            status = st.master_status(key[1], state, Reason.AGENT_RESTARTED, now, agent_id=agent_id)
+            task.state, task.status, task.released = state, status, True
+            st.send_framework(task.framework_id, Update(status=status))
+            st.forget_task(key)
+    for framework_id in orphans:
+        st.send(sender, ShutdownFramework(framework_id=framework_id))
+    st.send(sender, AgentReregistered(agent_id=agent_id, master_info=st.master_info))
+
+
+def _adopt_unknown_tasks(st: MasterState, agent: Agent, reported: tuple[AgentTask, ...]) -> None:
+    for at in reported:
+        key = (at.framework_id, at.task.task_id)
+        if key in st.tasks or at.framework_id in st.removed_frameworks:
+            continue
+        st.add_task(
+            Task(
+                info=at.task,
+                framework_id=at.framework_id,
+                agent_id=agent.agent_id,
+                role=_role(st, at),
+                resources=at.task.resources,
+                state=at.state,
+                released=True,  # not counted by the allocator: it never saw this task
+            )
+        )
+
+
+def _role(st: MasterState, at: AgentTask) -> str:
+    known = st.tasks.get((at.framework_id, at.task.task_id))
+    if known is not None:
+        return known.role
+    return at.role
+
+
+def _executor_role(st: MasterState, framework_id: FrameworkID, tasks: tuple[AgentTask, ...]) -> str:
+    for at in tasks:
+        if at.framework_id == framework_id:
+            return _role(st, at)
+    fw = st.frameworks.get(framework_id)
+    return fw.info.roles[0] if fw is not None else "*"
+
+
+def on_pong(st: MasterState, agent: Agent) -> None:
+    agent.missed_pings = 0
+
+
+def ping_agents(st: MasterState, now: float) -> None:
+    """One health-check round: agents silent for too many pings become unreachable."""
+    for agent in list(st.agents.values()):
+        if agent.status is not AgentStatus.ACTIVE:
+            continue
+        if agent.missed_pings >= st.config.max_agent_ping_timeouts:
+            mark_unreachable(st, agent, now)
+            continue
+        agent.missed_pings += 1
+        st.send(agent.peer, Ping(connected=True))
+
+
+def mark_unreachable(st: MasterState, agent: Agent, now: float) -> None:
+    """The agent stopped answering: its offers go, its tasks are UNREACHABLE (or LOST)."""
+    _take_offline(st, agent, now)
+    agent.status = AgentStatus.UNREACHABLE
+    agent.unreachable_since = now
+    for key in sorted(agent.tasks):
+        task = st.tasks[key]
+        task.released = True  # the allocator forgot the agent and everything on it
+        if is_final(task.state):
+            continue
+        fw = st.frameworks.get(task.framework_id)
+        state = TaskState.UNREACHABLE if fw is not None and fw.partition_aware else TaskState.LOST
+        status = st.master_status(
+            key[1], state, Reason.AGENT_REMOVED, now, agent_id=agent.agent_id, unreachable_time=now
+        )
+        st.send_framework(task.framework_id, Update(status=status))
+    _failure(st, agent.agent_id)
+
+
+def on_unregister(st: MasterState, agent: Agent, now: float) -> None:
+    """The agent is leaving for good: its tasks are GONE (or LOST) and its id is retired."""
+    _take_offline(st, agent, now)
+    for key in sorted(agent.tasks):
+        task = st.tasks[key]
+        if not is_final(task.state):
+            fw = st.frameworks.get(task.framework_id)
+            state = TaskState.GONE if fw is not None and fw.partition_aware else TaskState.LOST
+            status = st.master_status(
+                key[1], state, Reason.AGENT_REMOVED, now, agent_id=agent.agent_id
+            )
+            st.send_framework(task.framework_id, Update(status=status))
+        st.forget_task(key)
+    del st.agents[agent.agent_id]
+    st.removed_agents.add(agent.agent_id)
+    _failure(st, agent.agent_id)
+
+
+def _take_offline(st: MasterState, agent: Agent, now: float) -> None:
+    offers = [o.offer_id for o in st.offers.values() if o.agent_id == agent.agent_id]
+    # Rescind first, while the allocator still knows the agent, then drop the agent from it.
+    rescind_offers(st, offers, now)
+    st.allocator.remove_agent(agent.agent_id)
+    st.dirty_agents.discard(agent.agent_id)
+    if st.agents_by_peer.get(agent.peer) == agent.agent_id:
+        del st.agents_by_peer[agent.peer]
+
+
+def _failure(st: MasterState, agent_id: AgentID) -> None:
+    for framework_id in list(st.frameworks):
+        st.send_framework(framework_id, Failure(agent_id=agent_id))

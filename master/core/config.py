@@ -1,0 +1,30 @@
+"""The master core's settings, with Mesos's defaults unless noted."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from agora.master.allocator import AllocatorConfig
+
+__all__ = ["MasterConfig"]
+
+
+@dataclass(frozen=True, slots=True)
+class MasterConfig:
+    master_id: str = "master"
+    address: str = ""
+    #: Election term of this master; stamped on every message it sends and embedded in the
+    #: ids it mints. Fixed for the life of a core (a new term means a new core).
+    epoch: int = 1
+    allocation_interval: float = 1.0
+    #: Outstanding offers are rescinded after this long; ``None`` keeps them (Mesos default).
+    offer_timeout: float | None = None
+    heartbeat_interval: float = 15.0
+    agent_ping_interval: float = 15.0
+    max_agent_ping_timeouts: int = 5
+    #: Roles frameworks may subscribe with; empty admits any valid role name.
+    roles: frozenset[str] = frozenset()
+    weights: dict[str, float] = field(default_factory=dict)
+    #: Terminal tasks remembered per framework after their last update was acknowledged.
+    max_completed_tasks_per_framework: int = 1000
+    allocator: AllocatorConfig = field(default_factory=AllocatorConfig)

@@ -1,0 +1,248 @@
+"""Scheduler connections: subscribe, re-subscribe, disconnect, failover timeout, teardown."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+from agora.master.allocator import AllocatorError
+from agora.master.core.actions import Peer
+from agora.master.core.offers import close_offer
+from agora.master.core.state import AgentStatus, Framework, MasterState
+from agora.sdk.ids import AgentID, FrameworkID
+from agora.sdk.messages import (
+    Error,
+    ErrorCode,
+    FrameworkInfo,
+    KillTask,
+    Request,
+    Revive,
+    ShutdownFramework,
+    Subscribe,
+    Subscribed,
+    Suppress,
+    is_terminal,
+)
+
+__all__ = [
+    "authorized",
+    "disconnect",
+    "expire_failovers",
+    "on_request",
+    "on_revive",
+    "on_subscribe",
+    "on_suppress",
+    "remove_framework",
+]
+
+_ROLE = re.compile(r"^(\*|[A-Za-z0-9_][A-Za-z0-9_.\-]*)$")
+
+
+def authorized(st: MasterState, sender: Peer, framework_id: FrameworkID) -> Framework | None:
+    """The framework a call acts for, if ``sender`` is its subscribed connection.
+
+    Otherwise answers the sender with a typed ERROR and returns ``None``: a call
+    before SUBSCRIBED, for an unknown or removed framework, or from a connection
+    other than the subscribed one changes nothing.
+    """
+    fw = st.frameworks.get(framework_id)
+    if fw is None:
+        if framework_id in st.removed_frameworks:
+            _error(st, sender, ErrorCode.FRAMEWORK_REMOVED, f"framework {framework_id} was removed")
+        else:
+            _error(
+                st, sender, ErrorCode.NOT_SUBSCRIBED, f"framework {framework_id} is not subscribed"
+            )
+        return None
+    if not fw.connected or fw.peer != sender:
+        _error(
+            st,
+            sender,
+            ErrorCode.FORBIDDEN,
+            f"framework {framework_id} is subscribed on another connection",
+        )
+        return None
+    return fw
+
+
+def _error(st: MasterState, to: Peer, code: ErrorCode, message: str) -> None:
+    st.send(to, Error(message=message, code=code))
+
+
+def _role_problem(st: MasterState, info: FrameworkInfo) -> str | None:
+    if not info.roles:
+        return "a framework needs at least one role"
+    for role in info.roles:
+        if not _ROLE.match(role) or role in (".", ".."):
+            return f"invalid role name {role!r}"
+        if st.config.roles and role not in st.config.roles and role != "*":
+            return f"role {role!r} is not one of this master's roles"
+    if len(set(info.roles)) != len(info.roles):
+        return "roles must not repeat"
+    return None
+
+
+def on_subscribe(st: MasterState, sender: Peer, msg: Subscribe, now: float) -> None:
+    info = msg.framework_info
+    problem = _role_problem(st, info)
+    if problem is not None:
+        _error(st, sender, ErrorCode.BAD_REQUEST, problem)
+        return
+    requested = info.framework_id
+    if requested is not None and requested in st.removed_frameworks:
+        _error(st, sender, ErrorCode.FRAMEWORK_REMOVED, f"framework {requested} was removed")
+        return
+    bad_suppressed = set(msg.suppressed_roles) - set(info.roles)
+    if bad_suppressed:
+        _error(
+            st,
+            sender,
+            ErrorCode.BAD_REQUEST,
+            f"suppressed roles {sorted(bad_suppressed)} are not the framework's",
+        )
+        return
+
+    existing = st.frameworks.get(requested) if requested is not None else None
+    if existing is not None:
+        _resubscribe(st, sender, existing, msg, now)
+        return
+    # A new framework, or (after a master failover) a known id this master has not seen yet.
+    framework_id = requested if requested is not None else FrameworkID(st.mint("F"))
+    info = _with_id(info, framework_id)
+    fw = Framework(framework_id=framework_id, info=info, peer=sender, subscribed_at=now)
+    # Tasks reported by re-registered agents before the framework came back.
+    fw.tasks = {key for key in st.tasks if key[0] == framework_id}
+    _bind_peer(st, fw, sender)
+    st.frameworks[framework_id] = fw
+    st.allocator.add_framework(framework_id, info.roles, now, suppressed_roles=msg.suppressed_roles)
+    st.full_allocation_due = True
+    st.send(sender, _subscribed(st, framework_id))
+
+
+def _resubscribe(st: MasterState, sender: Peer, fw: Framework, msg: Subscribe, now: float) -> None:
+    old_peer = fw.peer
+    if old_peer is not None and old_peer != sender and fw.connected:
+        # The new scheduler replaces the old one (one subscription per framework).
+        st.send(
+            old_peer,
+            Error(message="framework failed over to another scheduler", code=ErrorCode.FORBIDDEN),
+        )
+    # Offers made to the previous connection are no longer meaningful.
+    for offer_id in list(fw.offers):
+        close_offer(st, offer_id, now)
+    if set(msg.framework_info.roles) != set(fw.info.roles):
+        _error(
+            st,
+            sender,
+            ErrorCode.BAD_REQUEST,
+            "changing a framework's roles on re-subscription is not supported",
+        )
+        return
+    fw.info = _with_id(msg.framework_info, fw.framework_id)
+    fw.disconnected_at = None
+    _bind_peer(st, fw, sender)
+    # A suppressed role stays suppressed across re-subscription; the call may add more.
+    if msg.suppressed_roles:
+        st.allocator.suppress(fw.framework_id, msg.suppressed_roles)
+    st.allocator.set_framework_active(fw.framework_id, True)
+    st.full_allocation_due = True
+    st.send(sender, _subscribed(st, fw.framework_id))
+
+
+def _bind_peer(st: MasterState, fw: Framework, peer: Peer) -> None:
+    if fw.peer is not None and st.frameworks_by_peer.get(fw.peer) == fw.framework_id:
+        del st.frameworks_by_peer[fw.peer]
+    fw.peer = peer
+    st.frameworks_by_peer[peer] = fw.framework_id
+
+
+def _with_id(info: FrameworkInfo, framework_id: FrameworkID) -> FrameworkInfo:
+    return replace(info, framework_id=framework_id)
+
+
+def _subscribed(st: MasterState, framework_id: FrameworkID) -> Subscribed:
+    return Subscribed(
+        framework_id=framework_id,
+        heartbeat_interval_seconds=st.config.heartbeat_interval,
+        master_info=st.master_info,
+    )
+
+
+def disconnect(st: MasterState, peer: Peer, now: float) -> None:
+    """The scheduler on ``peer`` went away: deactivate it and start its failover clock."""
+    framework_id = st.frameworks_by_peer.pop(peer, None)
+    if framework_id is None:
+        return
+    fw = st.frameworks[framework_id]
+    fw.disconnected_at = now
+    st.allocator.set_framework_active(framework_id, False)
+    for offer_id in list(fw.offers):
+        close_offer(st, offer_id, now)
+    if fw.info.failover_timeout <= 0:
+        remove_framework(st, fw, now)
+
+
+def expire_failovers(st: MasterState, now: float) -> None:
+    for fw in list(st.frameworks.values()):
+        since = fw.disconnected_at
+        if since is not None and now - since >= fw.info.failover_timeout:
+            remove_framework(st, fw, now)
+
+
+def remove_framework(st: MasterState, fw: Framework, now: float) -> None:
+    """Tear a framework down: its offers go, its tasks are killed, its id is retired."""
+    for offer_id in list(fw.offers):
+        close_offer(st, offer_id, now)
+    agents_with_tasks: set[AgentID] = set()
+    for key in list(fw.tasks):
+        task = st.tasks.get(key)
+        if task is None:
+            continue
+        agents_with_tasks.add(task.agent_id)
+        if not is_terminal(task.state):
+            st.send_agent(task.agent_id, KillTask(framework_id=fw.framework_id, task_id=key[1]))
+        st.forget_task(key)
+    for agent in st.agents.values():
+        for exec_key in [k for k in agent.executors if k[0] == fw.framework_id]:
+            del agent.executors[exec_key]
+            agents_with_tasks.add(agent.agent_id)
+    for agent_id in agents_with_tasks:
+        holder = st.agents.get(agent_id)
+        if holder is not None and holder.status is AgentStatus.ACTIVE:
+            st.send_agent(agent_id, ShutdownFramework(framework_id=fw.framework_id))
+            st.dirty_agents.add(agent_id)
+    # The allocator releases everything the framework held (offers, tasks, executors).
+    st.allocator.remove_framework(fw.framework_id)
+    if fw.peer is not None and st.frameworks_by_peer.get(fw.peer) == fw.framework_id:
+        del st.frameworks_by_peer[fw.peer]
+    del st.frameworks[fw.framework_id]
+    st.removed_frameworks.add(fw.framework_id)
+
+
+def on_suppress(st: MasterState, fw: Framework, msg: Suppress) -> None:
+    roles = msg.roles or fw.info.roles
+    st.allocator.suppress(fw.framework_id, roles)
+
+
+def on_revive(st: MasterState, fw: Framework, msg: Revive) -> None:
+    roles = msg.roles or fw.info.roles
+    st.allocator.revive(fw.framework_id, roles)
+    st.full_allocation_due = True
+
+
+def on_request(st: MasterState, sender: Peer, fw: Framework, msg: Request, now: float) -> None:
+    for gang in msg.gangs:
+        if gang.role not in fw.info.roles:
+            _error(
+                st,
+                sender,
+                ErrorCode.BAD_REQUEST,
+                f"gang {gang.gang_id}: role {gang.role!r} is not the framework's",
+            )
+            continue
+        try:
+            st.allocator.request_gang(fw.framework_id, gang, now)
+        except AllocatorError as e:
+            _error(st, sender, ErrorCode.BAD_REQUEST, f"gang {gang.gang_id}: {e}")
+            continue
+        st.full_allocation_due = True

@@ -1,0 +1,241 @@
+"""ACCEPT and DECLINE: validate offers and tasks, launch, return what was not used."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from agora.master.core.offers import close_offer, with_bundles
+from agora.master.core.state import Framework, MasterState, OutstandingOffer, Task
+from agora.sdk.ids import AgentID, ExecutorID, OfferID, TaskID
+from agora.sdk.messages import (
+    Accept,
+    Decline,
+    Error,
+    ErrorCode,
+    ExecutorInfo,
+    Launch,
+    LaunchGroup,
+    Operation,
+    Reason,
+    RunTask,
+    RunTaskGroup,
+    TaskGroupInfo,
+    TaskInfo,
+    TaskState,
+    Update,
+)
+from agora.sdk.resources import Resources
+
+__all__ = ["on_accept", "on_decline"]
+
+
+def on_decline(st: MasterState, fw: Framework, msg: Decline, now: float) -> None:
+    refuse = msg.filters.refuse_seconds
+    for offer_id in with_bundles(st, msg.offer_ids):
+        offer = st.offers.get(offer_id)
+        if offer is not None and offer.framework_id == fw.framework_id:
+            close_offer(st, offer_id, now, refuse_seconds=refuse)
+
+
+def _offers_problem(st: MasterState, fw: Framework, offer_ids: tuple[OfferID, ...]) -> str | None:
+    if not offer_ids:
+        return "ACCEPT names no offers"
+    if len(set(offer_ids)) != len(offer_ids):
+        return "ACCEPT names an offer twice"
+    offers: list[OutstandingOffer] = []
+    for offer_id in offer_ids:
+        offer = st.offers.get(offer_id)
+        if offer is None or offer.framework_id != fw.framework_id:
+            return f"offer {offer_id} is no longer valid"
+        offers.append(offer)
+    bundles = {o.bundle for o in offers if o.bundle}
+    if bundles:
+        if len(bundles) > 1 or set(next(iter(bundles))) != set(offer_ids):
+            return "a gang offer must be accepted whole, and alone"
+        return None
+    if len({o.agent_id for o in offers}) > 1:
+        return "offers from different agents cannot be combined"
+    return None
+
+
+def on_accept(st: MasterState, fw: Framework, msg: Accept, now: float) -> None:
+    problem = _offers_problem(st, fw, msg.offer_ids)
+    if problem is not None:
+        _refuse_accept(st, fw, msg, problem, now)
+        return
+    launch = _Launch(st, fw, now, {oid: st.offers[oid] for oid in msg.offer_ids})
+    for op in msg.operations:
+        launch.apply(op)
+    for offer_id, remaining in launch.remaining.items():
+        close_offer(st, offer_id, now, unused=remaining, refuse_seconds=msg.filters.refuse_seconds)
+
+
+def _refuse_accept(st: MasterState, fw: Framework, msg: Accept, problem: str, now: float) -> None:
+    """Invalid offers: every task in the call is LOST/DROPPED; valid offers return unfiltered."""
+    for offer_id in with_bundles(st, msg.offer_ids):
+        offer = st.offers.get(offer_id)
+        if offer is not None and offer.framework_id == fw.framework_id:
+            close_offer(st, offer_id, now)
+    state = TaskState.DROPPED if fw.partition_aware else TaskState.LOST
+    for task in _tasks_of(msg.operations):
+        status = st.master_status(
+            task.task_id, state, Reason.INVALID_OFFERS, now, agent_id=task.agent_id, message=problem
+        )
+        st.send_framework(fw.framework_id, Update(status=status))
+
+
+def _tasks_of(operations: tuple[Operation, ...]) -> list[TaskInfo]:
+    tasks: list[TaskInfo] = []
+    for op in operations:
+        if isinstance(op, Launch):
+            tasks.extend(op.task_infos)
+        elif isinstance(op, LaunchGroup):
+            tasks.extend(op.task_group.tasks)
+    return tasks
+
+
+@dataclass
+class _Launch:
+    """One ACCEPT's operations applied, in order, against its offers' resources."""
+
+    st: MasterState
+    fw: Framework
+    now: float
+    offers: dict[OfferID, OutstandingOffer]
+    remaining: dict[OfferID, Resources] = field(init=False)
+    seen_task_ids: set[TaskID] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.remaining = {oid: o.resources for oid, o in self.offers.items()}
+
+    def apply(self, op: Operation) -> None:
+        if isinstance(op, Launch):
+            for task in op.task_infos:
+                self._launch([task], None)
+        elif isinstance(op, LaunchGroup):
+            self._launch(list(op.task_group.tasks), op.executor)
+        else:
+            kind = type(op).__name__.upper()
+            self.st.send_framework(
+                self.fw.framework_id,
+                Error(
+                    message=f"{kind} operations are not supported by this master",
+                    code=ErrorCode.BAD_REQUEST,
+                ),
+            )
+
+    def _launch(self, tasks: list[TaskInfo], group_executor: ExecutorInfo | None) -> None:
+        """Launch ``tasks`` all-or-nothing (one task, or one task group)."""
+        problem, charges = self._validate(tasks, group_executor)
+        if problem is not None:
+            for task in tasks:
+                status = self.st.master_status(
+                    task.task_id,
+                    TaskState.ERROR,
+                    Reason.TASK_INVALID,
+                    self.now,
+                    agent_id=task.agent_id,
+                    message=problem,
+                )
+                self.st.send_framework(self.fw.framework_id, Update(status=status))
+            return
+        st, fw = self.st, self.fw
+        for offer_id, amount in charges.items():
+            self.remaining[offer_id] = self.remaining[offer_id] - amount
+        offer = self.offers[next(iter(charges))]
+        agent = st.agents[offer.agent_id]
+        executor = group_executor or tasks[0].executor
+        if executor is not None:
+            agent.executors.setdefault(
+                (fw.framework_id, executor.executor_id), (executor, offer.role)
+            )
+        for task in tasks:
+            self.seen_task_ids.add(task.task_id)
+            st.add_task(
+                Task(
+                    info=task,
+                    framework_id=fw.framework_id,
+                    agent_id=task.agent_id,
+                    role=offer.role,
+                    resources=task.resources,
+                    state=TaskState.STAGING,
+                )
+            )
+        if group_executor is not None:
+            st.send(
+                agent.peer,
+                RunTaskGroup(
+                    framework_info=fw.info,
+                    framework_id=fw.framework_id,
+                    executor=group_executor,
+                    task_group=TaskGroupInfo(tasks=tuple(tasks)),
+                ),
+            )
+        else:
+            st.send(
+                agent.peer,
+                RunTask(framework_info=fw.info, framework_id=fw.framework_id, task=tasks[0]),
+            )
+
+    def _validate(
+        self, tasks: list[TaskInfo], group_executor: ExecutorInfo | None
+    ) -> tuple[str | None, dict[OfferID, Resources]]:
+        if not tasks:
+            return "a task group needs at least one task", {}
+        agent_ids = {t.agent_id for t in tasks}
+        if len(agent_ids) != 1:
+            return "the tasks of a group must all be on one agent", {}
+        agent_id = next(iter(agent_ids))
+        ids = [t.task_id for t in tasks]
+        if len(set(ids)) != len(ids):
+            return "task ids repeat within the group", {}
+        for task in tasks:
+            problem = self._task_problem(task, group_executor)
+            if problem is not None:
+                return f"task {task.task_id}: {problem}", {}
+        need = Resources()
+        for task in tasks:
+            need = need + task.resources
+        executor = group_executor or tasks[0].executor
+        if executor is not None:
+            problem = self._executor_problem(agent_id, executor)
+            if problem is not None:
+                return problem, {}
+            if self._known_executor(agent_id, executor.executor_id) is None:
+                need = need + executor.resources
+        for offer_id, offer in self.offers.items():
+            if offer.agent_id == agent_id and self.remaining[offer_id].contains(need):
+                return None, {offer_id: need}
+        return f"resources {need} exceed what the accepted offers hold on agent {agent_id}", {}
+
+    def _task_problem(self, task: TaskInfo, group_executor: ExecutorInfo | None) -> str | None:
+        if not task.task_id:
+            return "empty task id"
+        if (
+            task.task_id in self.seen_task_ids
+            or (self.fw.framework_id, task.task_id) in self.st.tasks
+        ):
+            return "task id is already in use"
+        if all(o.agent_id != task.agent_id for o in self.offers.values()):
+            return f"agent {task.agent_id} is not the agent of the accepted offers"
+        if not task.resources:
+            return "a task must use some resources"
+        if group_executor is not None:
+            if task.executor is not None and task.executor != group_executor:
+                return "a task in a group must not name another executor"
+            return None
+        if (task.command is None) == (task.executor is None):
+            return "a task needs exactly one of command and executor"
+        return None
+
+    def _executor_problem(self, agent_id: AgentID, executor: ExecutorInfo) -> str | None:
+        if executor.framework_id != self.fw.framework_id:
+            return f"executor {executor.executor_id} belongs to another framework"
+        known = self._known_executor(agent_id, executor.executor_id)
+        if known is not None and known != executor:
+            return f"executor {executor.executor_id} is already running with a different definition"
+        return None
+
+    def _known_executor(self, agent_id: AgentID, executor_id: ExecutorID) -> ExecutorInfo | None:
+        running = self.st.agents[agent_id].executors.get((self.fw.framework_id, executor_id))
+        return running[0] if running is not None else None

@@ -1,0 +1,167 @@
+"""The master core: every stimulus in, the actions it causes out.
+
+``Master`` is the only public entry point. The daemon feeds it decoded
+messages with the sender's peer name and the current time, reports lost
+connections, and calls ``tick`` regularly; it then performs the returned
+``Send`` actions. Nothing here does I/O or reads a clock, so a test can drive
+thousands of agents through it deterministically.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from agora.master.allocator import Allocator
+from agora.master.core import agents, frameworks, launch, offers, tasks
+from agora.master.core.actions import Action, Peer
+from agora.master.core.config import MasterConfig
+from agora.master.core.state import Agent, AgentStatus, Framework, MasterState
+from agora.sdk.messages import (
+    Accept,
+    Acknowledge,
+    Decline,
+    Error,
+    ErrorCode,
+    ExecutorToFramework,
+    ExitedExecutor,
+    Heartbeat,
+    Kill,
+    Message,
+    Pong,
+    Reconcile,
+    RegisterAgent,
+    Request,
+    ReregisterAgent,
+    Revive,
+    SendMessage,
+    Shutdown,
+    StatusUpdateMessage,
+    Subscribe,
+    Suppress,
+    Teardown,
+    UnregisterAgent,
+)
+
+__all__ = ["Master"]
+
+_FrameworkHandler = Callable[[MasterState, Peer, Framework, Any, float], None]
+_AgentHandler = Callable[[MasterState, Agent, Any, float], None]
+
+#: Calls a subscribed scheduler may make, each naming its framework.
+_FRAMEWORK_CALLS: dict[type[Any], _FrameworkHandler] = {
+    Accept: lambda st, _p, fw, m, now: launch.on_accept(st, fw, m, now),
+    Decline: lambda st, _p, fw, m, now: launch.on_decline(st, fw, m, now),
+    Revive: lambda st, _p, fw, m, _now: frameworks.on_revive(st, fw, m),
+    Suppress: lambda st, _p, fw, m, _now: frameworks.on_suppress(st, fw, m),
+    Kill: lambda st, _p, fw, m, now: tasks.on_kill(st, fw, m, now),
+    Shutdown: lambda st, _p, fw, m, _now: tasks.on_shutdown(st, fw, m),
+    Acknowledge: lambda st, _p, fw, m, _now: tasks.on_acknowledge(st, fw, m),
+    Reconcile: lambda st, _p, fw, m, now: tasks.on_reconcile(st, fw, m, now),
+    SendMessage: lambda st, _p, fw, m, _now: tasks.on_message(st, fw, m),
+    Request: lambda st, p, fw, m, now: frameworks.on_request(st, p, fw, m, now),
+    Teardown: lambda st, _p, fw, _m, now: frameworks.remove_framework(st, fw, now),
+}
+
+#: Messages a registered agent may send.
+_AGENT_MESSAGES: dict[type[Any], _AgentHandler] = {
+    StatusUpdateMessage: tasks.on_status_update,
+    Pong: lambda st, agent, _m, _now: agents.on_pong(st, agent),
+    ExitedExecutor: tasks.on_exited_executor,
+    ExecutorToFramework: lambda st, agent, m, _now: tasks.on_executor_message(st, agent, m),
+    UnregisterAgent: lambda st, agent, _m, now: agents.on_unregister(st, agent, now),
+}
+
+
+class Master:
+    """The master's state machine (sans-IO)."""
+
+    def __init__(
+        self, config: MasterConfig | None = None, allocator: Allocator | None = None
+    ) -> None:
+        cfg = config or MasterConfig()
+        alloc = allocator or Allocator(cfg.allocator)
+        for role, weight in cfg.weights.items():
+            alloc.set_weight(role, weight)
+        self._st = MasterState(config=cfg, allocator=alloc)
+
+    @property
+    def state(self) -> MasterState:
+        """Read-only view for introspection and tests; mutate only through stimuli."""
+        return self._st
+
+    @property
+    def epoch(self) -> int:
+        return self._st.config.epoch
+
+    def handle(self, sender: Peer, message: Message, now: float) -> list[Action]:
+        """One decoded message from ``sender``."""
+        st = self._st
+        if isinstance(message, Subscribe):
+            frameworks.on_subscribe(st, sender, message, now)
+        elif isinstance(message, RegisterAgent):
+            agents.on_register(st, sender, message, now)
+        elif isinstance(message, ReregisterAgent):
+            agents.on_reregister(st, sender, message, now)
+        elif type(message) in _FRAMEWORK_CALLS:
+            fw = frameworks.authorized(st, sender, message.framework_id)  # type: ignore[attr-defined]
+            if fw is not None:
+                _FRAMEWORK_CALLS[type(message)](st, sender, fw, message, now)
+        elif type(message) in _AGENT_MESSAGES:
+            agent = self._agent_of(sender)
+            if agent is not None:
+                _AGENT_MESSAGES[type(message)](st, agent, message, now)
+            # Anything from an agent that is unknown or unreachable is dropped: it must
+            # (re-)register first (Mesos: updates from a removed agent are dropped).
+        else:
+            st.send(
+                sender,
+                Error(
+                    message=f"{type(message).__name__} is not a call a master accepts",
+                    code=ErrorCode.BAD_REQUEST,
+                ),
+            )
+        return self._finish(now)
+
+    def disconnected(self, peer: Peer, now: float) -> list[Action]:
+        """The transport lost ``peer`` (a scheduler's connection closed or timed out)."""
+        frameworks.disconnect(self._st, peer, now)
+        return self._finish(now)
+
+    def tick(self, now: float) -> list[Action]:
+        """Timers: pings, failover and offer timeouts, gang holds, heartbeats, batch allocation."""
+        st = self._st
+        cfg = st.config
+        if now >= st.next_ping_at:
+            st.next_ping_at = now + cfg.agent_ping_interval
+            agents.ping_agents(st, now)
+        frameworks.expire_failovers(st, now)
+        offers.expire_offers(st, now)
+        offers.expire_gangs(st, now)
+        if now >= st.next_heartbeat_at:
+            st.next_heartbeat_at = now + cfg.heartbeat_interval
+            for framework_id in list(st.frameworks):
+                st.send_framework(framework_id, Heartbeat())
+        if st.full_allocation_due or now >= st.next_batch_at:
+            st.full_allocation_due = False
+            st.next_batch_at = now + cfg.allocation_interval
+            st.dirty_agents.clear()
+            offers.allocate(st, now, None)
+        return self._finish(now)
+
+    def _agent_of(self, sender: Peer) -> Agent | None:
+        agent_id = self._st.agents_by_peer.get(sender)
+        if agent_id is None:
+            return None
+        agent = self._st.agents[agent_id]
+        return agent if agent.status is AgentStatus.ACTIVE else None
+
+    def _finish(self, now: float) -> list[Action]:
+        """Event-triggered allocation on agents whose free resources changed, then drain."""
+        st = self._st
+        if st.dirty_agents:
+            dirty = sorted(st.dirty_agents)
+            st.dirty_agents.clear()
+            offers.allocate(st, now, dirty)
+        out, st.outbox = st.outbox, []
+        return out

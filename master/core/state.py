@@ -1,0 +1,226 @@
+"""The master's soft state: agents, frameworks, tasks and offers, plus the outbox.
+
+Handlers in the sibling modules mutate one ``MasterState`` and append ``Send``
+actions to its outbox; ``Master`` (master.py) drains the outbox after every
+stimulus. Nothing here reads a clock or touches a socket.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from dataclasses import dataclass, field
+
+from agora.master.allocator import Allocator
+from agora.master.core.actions import Action, Peer, Send
+from agora.master.core.config import MasterConfig
+from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, GangID, OfferID, TaskID
+from agora.sdk.messages import (
+    AgentInfo,
+    ExecutorInfo,
+    FrameworkCapability,
+    FrameworkInfo,
+    MasterInfo,
+    Message,
+    Reason,
+    StatusSource,
+    TaskInfo,
+    TaskState,
+    TaskStatus,
+)
+from agora.sdk.resources import Resources
+
+__all__ = [
+    "Agent",
+    "AgentStatus",
+    "Framework",
+    "MasterState",
+    "OutstandingOffer",
+    "Task",
+    "TaskKey",
+]
+
+TaskKey = tuple[FrameworkID, TaskID]
+
+
+class AgentStatus(enum.Enum):
+    ACTIVE = "ACTIVE"
+    UNREACHABLE = "UNREACHABLE"
+
+
+@dataclass(slots=True)
+class Agent:
+    agent_id: AgentID
+    info: AgentInfo
+    peer: Peer
+    status: AgentStatus
+    registered_at: float
+    #: Pings sent since the last PONG.
+    missed_pings: int = 0
+    unreachable_since: float | None = None
+    tasks: set[TaskKey] = field(default_factory=set)
+    #: Executors launched on the agent, with the role their resources were charged to.
+    executors: dict[tuple[FrameworkID, ExecutorID], tuple[ExecutorInfo, str]] = field(
+        default_factory=dict
+    )
+
+
+@dataclass(slots=True)
+class Framework:
+    framework_id: FrameworkID
+    info: FrameworkInfo
+    peer: Peer | None
+    subscribed_at: float
+    #: When the scheduler's connection was lost; ``None`` while connected.
+    disconnected_at: float | None = None
+    tasks: set[TaskKey] = field(default_factory=set)
+    offers: set[OfferID] = field(default_factory=set)
+    #: Terminal tasks whose last update was acknowledged (bounded, oldest first).
+    completed: deque[Task] = field(default_factory=deque)
+
+    @property
+    def connected(self) -> bool:
+        return self.peer is not None and self.disconnected_at is None
+
+    @property
+    def partition_aware(self) -> bool:
+        return FrameworkCapability.PARTITION_AWARE in self.info.capabilities
+
+
+@dataclass(slots=True)
+class Task:
+    info: TaskInfo
+    framework_id: FrameworkID
+    agent_id: AgentID
+    role: str
+    #: Resources charged to the framework for this task (its own, not its executor's).
+    resources: Resources
+    state: TaskState
+    status: TaskStatus | None = None
+    #: True once the resources went back to the allocator (at the first terminal state).
+    released: bool = False
+
+    @property
+    def key(self) -> TaskKey:
+        return (self.framework_id, self.info.task_id)
+
+
+@dataclass(slots=True)
+class OutstandingOffer:
+    offer_id: OfferID
+    framework_id: FrameworkID
+    agent_id: AgentID
+    role: str
+    resources: Resources
+    created_at: float
+    gang_id: GangID | None = None
+    #: Every offer id of the gang bundle this offer belongs to (itself included).
+    bundle: tuple[OfferID, ...] = ()
+
+
+@dataclass(slots=True)
+class MasterState:
+    config: MasterConfig
+    allocator: Allocator
+    agents: dict[AgentID, Agent] = field(default_factory=dict)
+    agents_by_peer: dict[Peer, AgentID] = field(default_factory=dict)
+    #: Agents that unregistered or were removed for good; they may not come back.
+    removed_agents: set[AgentID] = field(default_factory=set)
+    frameworks: dict[FrameworkID, Framework] = field(default_factory=dict)
+    frameworks_by_peer: dict[Peer, FrameworkID] = field(default_factory=dict)
+    #: Frameworks torn down; their ids may not subscribe again.
+    removed_frameworks: set[FrameworkID] = field(default_factory=set)
+    tasks: dict[TaskKey, Task] = field(default_factory=dict)
+    offers: dict[OfferID, OutstandingOffer] = field(default_factory=dict)
+    outbox: list[Action] = field(default_factory=list)
+    #: Agents whose free resources changed since the last allocation.
+    dirty_agents: set[AgentID] = field(default_factory=set)
+    #: A full allocation pass is owed at the next tick (new framework, revive, ...).
+    full_allocation_due: bool = True
+    next_batch_at: float = 0.0
+    next_ping_at: float = 0.0
+    next_heartbeat_at: float = 0.0
+    _serial: int = 0
+
+    # --- ids ---------------------------------------------------------------------------
+    def mint(self, kind: str) -> str:
+        """A new id, unique across masters' terms: the epoch is part of it."""
+        self._serial += 1
+        return f"e{self.config.epoch}-{kind}{self._serial}"
+
+    @property
+    def master_info(self) -> MasterInfo:
+        c = self.config
+        return MasterInfo(master_id=c.master_id, address=c.address, epoch=c.epoch)
+
+    # --- sending -----------------------------------------------------------------------
+    def send(self, to: Peer, message: Message) -> None:
+        self.outbox.append(Send(to, message, self.config.epoch))
+
+    def send_framework(self, framework_id: FrameworkID, message: Message) -> None:
+        """Send to a framework's scheduler if it is connected; otherwise drop."""
+        fw = self.frameworks.get(framework_id)
+        if fw is not None and fw.connected and fw.peer is not None:
+            self.send(fw.peer, message)
+
+    def send_agent(self, agent_id: AgentID, message: Message) -> None:
+        agent = self.agents.get(agent_id)
+        if agent is not None and agent.status is AgentStatus.ACTIVE:
+            self.send(agent.peer, message)
+
+    # --- tasks -------------------------------------------------------------------------
+    def add_task(self, task: Task) -> None:
+        key = task.key
+        self.tasks[key] = task
+        agent = self.agents.get(task.agent_id)
+        if agent is not None:
+            agent.tasks.add(key)
+        fw = self.frameworks.get(task.framework_id)
+        if fw is not None:
+            fw.tasks.add(key)
+
+    def forget_task(self, key: TaskKey) -> Task | None:
+        task = self.tasks.pop(key, None)
+        if task is None:
+            return None
+        agent = self.agents.get(task.agent_id)
+        if agent is not None:
+            agent.tasks.discard(key)
+        fw = self.frameworks.get(task.framework_id)
+        if fw is not None:
+            fw.tasks.discard(key)
+        return task
+
+    def release_task(self, task: Task, now: float) -> None:
+        """Give a task's resources back to the allocator, once."""
+        if task.released:
+            return
+        task.released = True
+        if task.agent_id in self.agents and self.agents[task.agent_id].status is AgentStatus.ACTIVE:
+            self.allocator.recover_resources(
+                task.framework_id, task.agent_id, task.role, task.resources, now
+            )
+            self.dirty_agents.add(task.agent_id)
+
+    def master_status(
+        self,
+        task_id: TaskID,
+        state: TaskState,
+        reason: Reason | None,
+        now: float,
+        *,
+        agent_id: AgentID | None = None,
+        message: str = "",
+        unreachable_time: float | None = None,
+    ) -> TaskStatus:
+        """A status the master itself generates: no uuid, never retried, no ACK expected."""
+        return TaskStatus(
+            task_id=task_id,
+            state=state,
+            source=StatusSource.MASTER,
+            reason=reason,
+            message=message,
+            agent_id=agent_id,
+            timestamp=now,
+            unreachable_time=unreachable_time,
+        )

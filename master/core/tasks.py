@@ -1,0 +1,219 @@
+"""Task traffic after launch: status updates, acknowledgements, kills, reconciliation, messages."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from agora.master.core.state import Agent, AgentStatus, Framework, MasterState, Task, TaskKey
+from agora.sdk.ids import AgentID, TaskID
+from agora.sdk.messages import (
+    Acknowledge,
+    ExecutorToFramework,
+    ExitedExecutor,
+    Failure,
+    FrameworkMessage,
+    FrameworkToExecutor,
+    Kill,
+    KillTask,
+    Reason,
+    Reconcile,
+    ReconcileTask,
+    SendMessage,
+    Shutdown,
+    ShutdownExecutor,
+    StatusSource,
+    StatusUpdateAck,
+    StatusUpdateMessage,
+    TaskState,
+    TaskStatus,
+    Update,
+    is_terminal,
+)
+
+__all__ = [
+    "is_final",
+    "on_acknowledge",
+    "on_executor_message",
+    "on_exited_executor",
+    "on_kill",
+    "on_message",
+    "on_reconcile",
+    "on_shutdown",
+    "on_status_update",
+    "reconcile_one",
+]
+
+
+def is_final(state: TaskState) -> bool:
+    """States after which the task uses no resources. LOST reported by an agent is one:
+    the agent no longer runs the task (a master-made LOST is not, see agents.py)."""
+    return is_terminal(state) or state is TaskState.LOST
+
+
+def on_status_update(st: MasterState, agent: Agent, msg: StatusUpdateMessage, now: float) -> None:
+    update = msg.update
+    status = update.status
+    key: TaskKey = (update.framework_id, status.task_id)
+    task = st.tasks.get(key)
+    if task is not None and task.agent_id != agent.agent_id:
+        return  # not this agent's task: a confused or stale agent changes nothing
+    if status.agent_id is None or status.agent_id != agent.agent_id:
+        status = replace(status, agent_id=agent.agent_id)
+    if task is not None:
+        latest = update.latest_state or status.state
+        task.state = latest
+        task.status = status
+        if is_final(latest):
+            # Resources are free as soon as the agent says so, before any acknowledgement.
+            st.release_task(task, now)
+        if status.uuid is None and is_final(status.state):
+            _complete(st, task)
+    st.send_framework(update.framework_id, Update(status=status))
+
+
+def on_acknowledge(st: MasterState, fw: Framework, msg: Acknowledge) -> None:
+    agent = st.agents.get(msg.agent_id)
+    if agent is None or agent.status is not AgentStatus.ACTIVE:
+        return  # the agent re-sends the update once it is back; nothing to forward now
+    st.send(
+        agent.peer,
+        StatusUpdateAck(
+            framework_id=fw.framework_id, task_id=msg.task_id, uuid=msg.uuid, agent_id=msg.agent_id
+        ),
+    )
+    task = st.tasks.get((fw.framework_id, msg.task_id))
+    if (
+        task is not None
+        and task.status is not None
+        and task.status.uuid == msg.uuid
+        and is_final(task.status.state)
+    ):
+        _complete(st, task)
+
+
+def _complete(st: MasterState, task: Task) -> None:
+    """The framework has seen the task's final update: keep it only in the bounded history."""
+    st.forget_task(task.key)
+    fw = st.frameworks.get(task.framework_id)
+    if fw is not None:
+        fw.completed.append(task)
+        while len(fw.completed) > st.config.max_completed_tasks_per_framework:
+            fw.completed.popleft()
+
+
+def on_kill(st: MasterState, fw: Framework, msg: Kill, now: float) -> None:
+    task = st.tasks.get((fw.framework_id, msg.task_id))
+    if (
+        task is None
+        or st.agents.get(task.agent_id) is None
+        or (st.agents[task.agent_id].status is not AgentStatus.ACTIVE)
+    ):
+        # Unknown here, or on an agent out of reach: answer as reconciliation does.
+        reconcile_one(st, fw, ReconcileTask(task_id=msg.task_id, agent_id=msg.agent_id), now)
+        return
+    if not is_final(task.state):
+        st.send_agent(task.agent_id, KillTask(framework_id=fw.framework_id, task_id=msg.task_id))
+
+
+def on_shutdown(st: MasterState, fw: Framework, msg: Shutdown) -> None:
+    st.send_agent(
+        msg.agent_id, ShutdownExecutor(framework_id=fw.framework_id, executor_id=msg.executor_id)
+    )
+
+
+def on_message(st: MasterState, fw: Framework, msg: SendMessage) -> None:
+    st.send_agent(
+        msg.agent_id,
+        FrameworkToExecutor(
+            framework_id=fw.framework_id, executor_id=msg.executor_id, data=msg.data
+        ),
+    )
+
+
+def on_executor_message(st: MasterState, agent: Agent, msg: ExecutorToFramework) -> None:
+    st.send_framework(
+        msg.framework_id,
+        FrameworkMessage(agent_id=agent.agent_id, executor_id=msg.executor_id, data=msg.data),
+    )
+
+
+def on_exited_executor(st: MasterState, agent: Agent, msg: ExitedExecutor, now: float) -> None:
+    entry = agent.executors.pop((msg.framework_id, msg.executor_id), None)
+    if entry is None:
+        return
+    info, role = entry
+    if info.resources:
+        st.allocator.recover_resources(msg.framework_id, agent.agent_id, role, info.resources, now)
+        st.dirty_agents.add(agent.agent_id)
+    st.send_framework(
+        msg.framework_id,
+        Failure(agent_id=agent.agent_id, executor_id=msg.executor_id, status=msg.status),
+    )
+
+
+# --- reconciliation ---------------------------------------------------------------------
+
+
+def on_reconcile(st: MasterState, fw: Framework, msg: Reconcile, now: float) -> None:
+    if not msg.tasks:
+        # Implicit: the latest state of every task the master knows for the framework.
+        for key in sorted(fw.tasks):
+            task = st.tasks.get(key)
+            if task is not None:
+                st.send_framework(fw.framework_id, Update(status=_latest(st, fw, task, now)))
+        return
+    for item in msg.tasks:
+        reconcile_one(st, fw, item, now)
+
+
+def reconcile_one(st: MasterState, fw: Framework, item: ReconcileTask, now: float) -> None:
+    task = st.tasks.get((fw.framework_id, item.task_id))
+    if task is not None:
+        st.send_framework(fw.framework_id, Update(status=_latest(st, fw, task, now)))
+        return
+    agent = st.agents.get(item.agent_id) if item.agent_id is not None else None
+    pa = fw.partition_aware
+    if agent is not None and agent.status is AgentStatus.UNREACHABLE:
+        state = TaskState.UNREACHABLE if pa else TaskState.LOST
+    elif agent is not None:
+        state = TaskState.GONE if pa else TaskState.LOST  # unknown task on a registered agent
+    elif item.agent_id is None:
+        state = TaskState.GONE if pa else TaskState.LOST  # unknown task, no agent named
+    else:
+        state = TaskState.UNKNOWN if pa else TaskState.LOST  # the agent itself is unknown
+    st.send_framework(
+        fw.framework_id, Update(status=_reconciled(item.task_id, state, item.agent_id, now))
+    )
+
+
+def _latest(st: MasterState, fw: Framework, task: Task, now: float) -> TaskStatus:
+    agent = st.agents.get(task.agent_id)
+    state = task.state
+    if agent is not None and agent.status is AgentStatus.UNREACHABLE and not is_final(state):
+        state = TaskState.UNREACHABLE if fw.partition_aware else TaskState.LOST
+    status = _reconciled(task.info.task_id, state, task.agent_id, now)
+    if task.status is not None:
+        # Keep what the agent said (healthy, executor, message) but never a uuid or data.
+        status = replace(
+            task.status,
+            state=state,
+            reason=Reason.RECONCILIATION,
+            uuid=None,
+            data=b"",
+            source=status.source,
+            timestamp=now,
+        )
+    return status
+
+
+def _reconciled(
+    task_id: TaskID, state: TaskState, agent_id: AgentID | None, now: float
+) -> TaskStatus:
+    return TaskStatus(
+        task_id=task_id,
+        state=state,
+        source=StatusSource.MASTER,
+        reason=Reason.RECONCILIATION,
+        agent_id=agent_id,
+        timestamp=now,
+    )

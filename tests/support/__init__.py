@@ -1,0 +1,1 @@
+"""Test kits shared by the unit, simulation and benchmark suites."""

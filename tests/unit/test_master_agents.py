@@ -1,0 +1,135 @@
+"""Agent rules of the master core: health checks, unreachability, re-registration."""
+
+from __future__ import annotations
+
+from agora.master.core import AgentStatus, MasterConfig
+from agora.sdk.ids import AgentID, TaskID
+from agora.sdk.messages import (
+    AgentInfo,
+    AgentReregistered,
+    AgentTask,
+    Error,
+    Failure,
+    KillTask,
+    Ping,
+    Pong,
+    Reason,
+    RegisterAgent,
+    ReregisterAgent,
+    ShutdownAgent,
+    ShutdownFramework,
+    TaskState,
+    UnregisterAgent,
+)
+from agora.sdk.resources import Resources
+from support.master_kit import Harness, of_type, offers_in, only, sent_to, task_info, updates_in
+
+_CFG = MasterConfig(agent_ping_interval=1.0, max_agent_ping_timeouts=3)
+
+
+def _cluster(partition_aware: bool) -> tuple[Harness, AgentID, str]:
+    h = Harness(_CFG)
+    agent = h.register_agent("a1", "cpus:4;mem:4096")
+    fw = h.subscribe("s1", partition_aware=partition_aware, failover_timeout=3600)
+    offer = only(offers_in(h.tick(), "s1"))
+    h.launch("s1", fw, [offer], [("t1", "cpus:2;mem:1024", agent)])
+    _, uuid = h.agent_update("a1", fw, "t1", TaskState.RUNNING)
+    h.ack("s1", fw, agent, "t1", uuid)
+    return h, agent, fw
+
+
+def _silence(h: Harness, seconds: int) -> list[object]:
+    out = []
+    for _ in range(seconds):
+        out += h.tick(1.0)
+    return out
+
+
+def test_agent_answering_pings_stays_active() -> None:
+    h, agent, _ = _cluster(False)
+    for _ in range(10):
+        out = h.tick(1.0)
+        if of_type(sent_to(out, "a1"), Ping):
+            h.handle("a1", Pong())
+    assert h.master.state.agents[agent].status is AgentStatus.ACTIVE
+
+
+def test_unreachable_agent_tasks_are_lost() -> None:
+    h, agent, _ = _cluster(False)
+    out = _silence(h, 5)
+    assert h.master.state.agents[agent].status is AgentStatus.UNREACHABLE
+    status = only(updates_in(out, "s1"))
+    assert (status.state, status.reason) == (TaskState.LOST, Reason.AGENT_REMOVED)
+    assert status.unreachable_time is not None
+    assert [f.agent_id for f in of_type(sent_to(out, "s1"), Failure)] == [agent]
+
+
+def test_unreachable_agent_tasks_are_unreachable_when_partition_aware() -> None:
+    h, _agent, _ = _cluster(True)
+    status = only(updates_in(_silence(h, 5), "s1"))
+    assert (status.state, status.reason) == (TaskState.UNREACHABLE, Reason.AGENT_REMOVED)
+
+
+def _reregister(h: Harness, agent: AgentID, fw: str, peer: str = "a1") -> list[object]:
+    info = AgentInfo(hostname="a1", resources=Resources.parse("cpus:4;mem:4096"))
+    task = AgentTask(
+        task=task_info("t1", "cpus:2;mem:1024", agent), framework_id=fw, state=TaskState.RUNNING
+    )  # type: ignore[arg-type]
+    return h.handle(peer, ReregisterAgent(agent_id=agent, agent_info=info, tasks=(task,)))  # type: ignore[return-value]
+
+
+def test_reregistered_agent_tasks_return_to_running_and_are_not_killed() -> None:
+    for partition_aware in (False, True):
+        h, agent, fw = _cluster(partition_aware)
+        _silence(h, 5)
+        out = _reregister(h, agent, fw)
+        assert h.master.state.agents[agent].status is AgentStatus.ACTIVE
+        assert only(of_type(sent_to(out, "a1"), AgentReregistered)).agent_id == agent  # type: ignore[arg-type]
+        assert of_type(sent_to(out, "a1"), KillTask) == []  # type: ignore[arg-type]
+        status = only(updates_in(out, "s1"))  # type: ignore[arg-type]
+        assert (status.state, status.reason) == (TaskState.RUNNING, Reason.AGENT_REREGISTERED)
+        # Its task still holds its resources: only the rest is free (or offered again).
+        free = h.master.state.allocator.available(agent)
+        for offer in offers_in(out, "s1"):  # type: ignore[arg-type]
+            free = free + offer.resources
+        assert free == Resources.parse("cpus:2;mem:3072")
+
+
+def test_status_updates_from_a_removed_agent_are_dropped() -> None:
+    h, _agent, fw = _cluster(False)
+    _silence(h, 5)
+    out, _ = h.agent_update("a1", fw, "t1", TaskState.FINISHED)
+    assert updates_in(out, "s1") == []
+
+
+def test_spurious_reregistration_keeps_tasks() -> None:
+    h, agent, fw = _cluster(False)
+    out = _reregister(h, agent, fw, peer="a1-new")
+    assert of_type(sent_to(out, "a1-new"), KillTask) == []  # type: ignore[arg-type]
+    assert updates_in(out, "s1") == []  # type: ignore[arg-type]
+    assert (fw, TaskID("t1")) in h.master.state.tasks
+
+
+def test_reregistration_kills_tasks_of_frameworks_torn_down_meanwhile() -> None:
+    h, agent, fw = _cluster(False)
+    _silence(h, 5)
+    h.disconnect("s1")
+    h.tick(3601.0)  # failover timeout passes: the framework is torn down
+    out = _reregister(h, agent, fw)
+    assert [m.framework_id for m in of_type(sent_to(out, "a1"), ShutdownFramework)] == [fw]  # type: ignore[arg-type]
+    assert (fw, TaskID("t1")) not in h.master.state.tasks
+
+
+def test_unregistered_agent_may_not_come_back() -> None:
+    h, agent, fw = _cluster(True)
+    out = h.handle("a1", UnregisterAgent(agent_id=agent))
+    assert only(updates_in(out, "s1")).state is TaskState.GONE
+    back = _reregister(h, agent, fw, peer="a1b")
+    assert of_type(sent_to(back, "a1b"), ShutdownAgent)  # type: ignore[arg-type]
+
+
+def test_agent_without_resources_is_refused() -> None:
+    h = Harness()
+    out = h.handle("a1", RegisterAgent(agent_info=AgentInfo(hostname="a1", resources=Resources())))
+    assert of_type(sent_to(out, "a1"), Error)
+    assert h.master.state.agents == {}
