@@ -37,6 +37,14 @@ __all__ = [
 ]
 
 
+def _info_problem(info: AgentInfo) -> str | None:
+    if not info.hostname:
+        return "an agent needs a hostname"
+    if not info.resources:
+        return "an agent must offer some resources"
+    return None
+
+
 def on_register(st: MasterState, sender: Peer, msg: RegisterAgent, now: float) -> None:
     info = msg.agent_info
     known = st.agents_by_peer.get(sender)
@@ -44,13 +52,9 @@ def on_register(st: MasterState, sender: Peer, msg: RegisterAgent, now: float) -
         # A retried registration whose answer was lost: answer again, same id.
         st.send(sender, AgentRegistered(agent_id=known, master_info=st.master_info))
         return
-    if not info.hostname:
-        st.send(sender, Error(message="an agent needs a hostname", code=ErrorCode.BAD_REQUEST))
-        return
-    if not info.resources:
-        st.send(
-            sender, Error(message="an agent must offer some resources", code=ErrorCode.BAD_REQUEST)
-        )
+    problem = _info_problem(info)
+    if problem is not None:
+        st.send(sender, Error(message=problem, code=ErrorCode.BAD_REQUEST))
         return
     agent_id = AgentID(st.mint("A"))
     _admit(st, sender, agent_id, msg.agent_info, now, {})
@@ -87,6 +91,10 @@ def _admit(
 
 def on_reregister(st: MasterState, sender: Peer, msg: ReregisterAgent, now: float) -> None:
     agent_id = msg.agent_id
+    problem = _info_problem(msg.agent_info) or (None if agent_id else "an agent id is required")
+    if problem is not None:
+        st.send(sender, Error(message=problem, code=ErrorCode.BAD_REQUEST))
+        return
     if agent_id in st.removed_agents:
         st.send(sender, ShutdownAgent(message=f"agent {agent_id} was removed from the cluster"))
         return
@@ -113,6 +121,13 @@ def on_reregister(st: MasterState, sender: Peer, msg: ReregisterAgent, now: floa
         if ex.framework_id not in st.removed_frameworks and ex.resources:
             role = _executor_role(st, ex.framework_id, msg.tasks)
             used[(ex.framework_id, role)] = used[(ex.framework_id, role)] + ex.resources
+    in_use = sum(used.values(), Resources())
+    if not msg.agent_info.resources.contains(in_use):
+        problem = (
+            f"tasks and executors use {in_use}, more than the agent's {msg.agent_info.resources}"
+        )
+        st.send(sender, Error(message=problem, code=ErrorCode.BAD_REQUEST))
+        return
     previously = set(existing.tasks) if existing is not None else set()
     agent = _admit(st, sender, agent_id, msg.agent_info, now, dict(used))
     for ex in msg.executors:

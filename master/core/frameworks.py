@@ -102,6 +102,14 @@ def on_subscribe(st: MasterState, sender: Peer, msg: Subscribe, now: float) -> N
         )
         return
 
+    if requested is None:
+        known = st.frameworks_by_peer.get(sender)
+        if known is not None and st.frameworks[known].connected:
+            # A SUBSCRIBE retried because SUBSCRIBED was lost: the framework already subscribed
+            # on this connection subscribes again, same id (Mesos resends the acknowledgement).
+            # A second framework on one connection would go on receiving offers nobody answers.
+            _resubscribe(st, sender, st.frameworks[known], msg, now)
+            return
     existing = st.frameworks.get(requested) if requested is not None else None
     if existing is not None:
         _resubscribe(st, sender, existing, msg, now)

@@ -188,8 +188,12 @@ def reconcile_one(st: MasterState, fw: Framework, item: ReconcileTask, now: floa
 
 def _latest(st: MasterState, fw: Framework, task: Task, now: float) -> TaskStatus:
     agent = st.agents.get(task.agent_id)
-    state = task.state
-    if agent is not None and agent.status is AgentStatus.UNREACHABLE and not is_final(state):
+    # As Mesos does: the state of the newest update forwarded to the framework (the head of the
+    # task's update stream), not the agent's ``latest_state``. Answering with a queued terminal
+    # state lets the stream's earlier updates reach the framework after it (RUNNING after
+    # FINISHED). Resources still follow ``task.state``.
+    state = task.status.state if task.status is not None else task.state
+    if agent is not None and agent.status is AgentStatus.UNREACHABLE and not is_final(task.state):
         state = TaskState.UNREACHABLE if fw.partition_aware else TaskState.LOST
     status = _reconciled(task.info.task_id, state, task.agent_id, now)
     if task.status is not None:
