@@ -128,24 +128,20 @@ def on_subscribe(st: MasterState, sender: Peer, msg: Subscribe, now: float) -> N
 
 
 def _resubscribe(st: MasterState, sender: Peer, fw: Framework, msg: Subscribe, now: float) -> None:
+    if set(msg.framework_info.roles) != set(fw.info.roles):
+        problem = "changing a framework's roles on re-subscription is not supported"
+        _error(st, sender, ErrorCode.BAD_REQUEST, problem)
+        return
     old_peer = fw.peer
     if old_peer is not None and old_peer != sender and fw.connected:
         # The new scheduler replaces the old one (one subscription per framework).
-        st.send(
-            old_peer,
-            Error(message="framework failed over to another scheduler", code=ErrorCode.FORBIDDEN),
+        replaced = Error(
+            message="framework failed over to another scheduler", code=ErrorCode.FORBIDDEN
         )
+        st.send(old_peer, replaced)
     # Offers made to the previous connection are no longer meaningful.
     for offer_id in list(fw.offers):
         close_offer(st, offer_id, now)
-    if set(msg.framework_info.roles) != set(fw.info.roles):
-        _error(
-            st,
-            sender,
-            ErrorCode.BAD_REQUEST,
-            "changing a framework's roles on re-subscription is not supported",
-        )
-        return
     fw.info = _with_id(msg.framework_info, fw.framework_id)
     fw.disconnected_at = None
     _bind_peer(st, fw, sender)

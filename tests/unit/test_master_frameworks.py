@@ -114,3 +114,17 @@ def test_heartbeats_reach_connected_frameworks() -> None:
     for _ in range(4):
         beats += len(of_type(sent_to(h.tick(15.0), "s1"), Heartbeat))
     assert beats == 4
+
+
+def test_resubscription_changing_roles_is_refused_and_changes_nothing() -> None:
+    from agora.sdk.messages import FrameworkInfo, Subscribe
+
+    h = Harness()
+    h.register_agent("a1")
+    fw = h.subscribe("s1", failover_timeout=60.0)
+    offer = only(offers_in(h.tick(), "s1"))
+    info = FrameworkInfo(name="x", roles=("other",), framework_id=fw, failover_timeout=60.0)
+    out = h.handle("s1", Subscribe(framework_info=info))
+    assert only(of_type(sent_to(out, "s1"), Error)).code is ErrorCode.BAD_REQUEST
+    assert offer.offer_id in h.master.state.offers
+    assert h.master.state.frameworks[fw].info.roles == ("*",)
