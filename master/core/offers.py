@@ -93,13 +93,9 @@ def close_offer(
         fw.offers.discard(offer_id)
     agent = st.agents.get(offer.agent_id)
     if agent is not None and agent.status is AgentStatus.ACTIVE:
-        back = offer.resources if unused is None else unused
         st.allocator.offer_closed(offer.framework_id, offer.agent_id, offer.role)
-        if back:
-            st.allocator.recover_resources(
-                offer.framework_id, offer.agent_id, offer.role, back, now, refuse_seconds
-            )
-            st.dirty_agents.add(offer.agent_id)
+    back = offer.resources if unused is None else unused
+    st.recover(offer.framework_id, offer.agent_id, offer.role, back, now, refuse_seconds)
     return offer
 
 

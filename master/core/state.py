@@ -191,16 +191,28 @@ class MasterState:
             fw.tasks.discard(key)
         return task
 
+    def recover(
+        self,
+        framework_id: FrameworkID,
+        agent_id: AgentID,
+        role: str,
+        resources: Resources,
+        now: float,
+        refuse_seconds: float | None = None,
+    ) -> None:
+        """Return resources to the allocator, if their agent is still in it."""
+        agent = self.agents.get(agent_id)
+        if resources and agent is not None and agent.status is AgentStatus.ACTIVE:
+            self.allocator.recover_resources(
+                framework_id, agent_id, role, resources, now, refuse_seconds
+            )
+            self.dirty_agents.add(agent_id)
+
     def release_task(self, task: Task, now: float) -> None:
         """Give a task's resources back to the allocator, once."""
-        if task.released:
-            return
-        task.released = True
-        if task.agent_id in self.agents and self.agents[task.agent_id].status is AgentStatus.ACTIVE:
-            self.allocator.recover_resources(
-                task.framework_id, task.agent_id, task.role, task.resources, now
-            )
-            self.dirty_agents.add(task.agent_id)
+        if not task.released:
+            task.released = True
+            self.recover(task.framework_id, task.agent_id, task.role, task.resources, now)
 
     def master_status(
         self,

@@ -142,9 +142,7 @@ def on_exited_executor(st: MasterState, agent: Agent, msg: ExitedExecutor, now: 
     if entry is None:
         return
     info, role = entry
-    if info.resources:
-        st.allocator.recover_resources(msg.framework_id, agent.agent_id, role, info.resources, now)
-        st.dirty_agents.add(agent.agent_id)
+    st.recover(msg.framework_id, agent.agent_id, role, info.resources, now)
     st.send_framework(
         msg.framework_id,
         Failure(agent_id=agent.agent_id, executor_id=msg.executor_id, status=msg.status),
