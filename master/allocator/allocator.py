@@ -34,7 +34,7 @@ from agora.master.allocator.types import (
 )
 from agora.sdk.ids import AgentID, FrameworkID, GangID
 from agora.sdk.messages import GangRequest
-from agora.sdk.resources import Resources
+from agora.sdk.resources import UNRESERVED, Resources
 
 __all__ = ["Allocator"]
 
@@ -235,6 +235,46 @@ class Allocator:
                 refuse_seconds=refuse_seconds,
                 batches=self._batches,
             )
+
+    def convert(
+        self,
+        agent_id: AgentID,
+        framework_id: FrameworkID,
+        role: str,
+        before: Resources,
+        after: Resources,
+    ) -> None:
+        """Dynamic reservation: ``before`` becomes ``after`` in the framework's allocation in
+        ``role`` on the agent and in the agent's total (RESERVE: unreserved -> reserved to
+        ``role``; UNRESERVE: the inverse).
+
+        ``before`` and ``after`` must hold the same amounts (roles aside), use only ``"*"``
+        and ``role``, and ``before`` must be within the allocation. When the converted
+        resources come back (:meth:`recover_resources` of ``after``), reserved ones are
+        offered only to frameworks of ``role``. Misuse: AllocatorError, nothing changes.
+        """
+        agent = self._agent(agent_id)
+        if role == UNRESERVED:
+            raise AllocatorError("nothing can be reserved to or unreserved from role '*'")
+        allowed = {UNRESERVED, role}
+        for what, res in (("before", before), ("after", after)):
+            extra = res.roles() - allowed
+            if extra:
+                raise AllocatorError(
+                    f"convert in role {role!r}: {what} {res} uses other roles {sorted(extra)}"
+                )
+        if before.flatten() != after.flatten():
+            raise AllocatorError(
+                f"convert must keep the amounts: {before} and {after} differ beyond roles"
+            )
+        current = agent.allocs.get((framework_id, role))
+        if current is None or not current.contains(before):
+            raise AllocatorError(
+                f"cannot convert {before} of {framework_id!r} on {agent_id!r} in role "
+                f"{role!r}: only {current or Resources()} is allocated"
+            )
+        if before != after:
+            self._ledger.convert(framework_id, agent, role, before, after)
 
     def offer_closed(self, framework_id: FrameworkID, agent_id: AgentID, role: str) -> None:
         """The outstanding offer of (framework, agent, role) is gone: a new one may be made."""

@@ -19,7 +19,7 @@ from agora.master.allocator.sorter import DRFSorter, RandomSorter, Sorter
 from agora.master.allocator.state import AgentState, FrameworkState, RoleState
 from agora.master.allocator.types import AllocatorConfig, AllocatorError
 from agora.sdk.ids import AgentID, FrameworkID
-from agora.sdk.resources import ResourceError, Resources
+from agora.sdk.resources import UNRESERVED, ResourceError, Resources
 
 __all__ = ["Ledger"]
 
@@ -295,6 +295,34 @@ class Ledger:
             add_into(self.free_unres, self._unreserved(agent, res, milli))
         self._unaccount(framework_id, role, milli)
         self._changed(agent)
+
+    def convert(
+        self,
+        framework_id: FrameworkID,
+        agent: AgentState,
+        role: str,
+        before: Resources,
+        after: Resources,
+    ) -> None:
+        """Replace ``before`` by ``after`` in the allocation of (framework, role) and in the
+        agent's total: a dynamic reservation (RESERVE / UNRESERVE).
+
+        The caller ensures the allocation holds ``before`` and that both have the same
+        quantities. Scalar quantities do not change, so ``total_milli``, the cluster totals,
+        the sorters and the role allocations stay as they are; ``free`` and ``earmark`` are
+        untouched (the converted resources are allocated), so ``free_unres`` and
+        ``earmark_unres`` stay right too.
+        """
+        key = (framework_id, role)
+        new = agent.allocs[key] - before + after
+        agent.allocs[key] = new
+        self.allocs[framework_id][(agent.id, role)] = new
+        agent.total = agent.total - before + after
+        agent.reserved = agent.total.roles() - {UNRESERVED} != frozenset()
+        agent.role_totals.clear()
+        # What each role could ever get on the agent changed: gang plans are remade.
+        self.topology += 1
+        self.epoch += 1
 
     def release_all(self, framework_id: FrameworkID) -> None:
         for (agent_id, role), res in list(self.allocs.get(framework_id, {}).items()):

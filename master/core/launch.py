@@ -1,4 +1,4 @@
-"""ACCEPT and DECLINE: validate offers and tasks, launch, return what was not used."""
+"""ACCEPT and DECLINE: validate offers and tasks, launch, (un)reserve, return what was not used."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from agora.sdk.messages import (
     LaunchGroup,
     Operation,
     Reason,
+    Reserve,
     RunTask,
     RunTaskGroup,
     TaskGroupInfo,
@@ -24,7 +25,7 @@ from agora.sdk.messages import (
     TaskState,
     Update,
 )
-from agora.sdk.resources import Resources
+from agora.sdk.resources import UNRESERVED, ResourceError, Resources
 
 __all__ = ["on_accept", "on_decline"]
 
@@ -114,15 +115,76 @@ class _Launch:
                 self._launch([task], None)
         elif isinstance(op, LaunchGroup):
             self._launch(list(op.task_group.tasks), op.executor)
+        elif isinstance(op, Reserve):
+            self._convert("RESERVE", op.resources, reserve=True)
         else:
-            kind = type(op).__name__.upper()
+            self._convert("UNRESERVE", op.resources, reserve=False)
+
+    # ------------------------------------------------------------------ reservations
+
+    def _convert(self, kind: str, resources: Resources, *, reserve: bool) -> None:
+        """RESERVE (unreserved -> reserved to the offer's role) or UNRESERVE (the inverse).
+
+        The resources must be in what is left of one accepted offer; the agent's total and
+        that offer's remainder change alike, so later operations of this ACCEPT see the new
+        roles and what stays unused goes back to the allocator with them. An invalid
+        operation changes nothing and is answered with an ERROR; later ones still run.
+
+        The agent is not told: checkpointing dynamic reservations on the agent (so that they
+        survive its re-registration) arrives with the agent runtime.
+        """
+        problem, found = self._convert_problem(resources, reserve=reserve)
+        if problem is not None or found is None:
             self.st.send_framework(
                 self.fw.framework_id,
-                Error(
-                    message=f"{kind} operations are not supported by this master",
-                    code=ErrorCode.BAD_REQUEST,
-                ),
+                Error(message=f"{kind} {resources}: {problem}", code=ErrorCode.BAD_REQUEST),
             )
+            return
+        offer_id, before, after = found
+        offer = self.offers[offer_id]
+        self.st.allocator.convert(offer.agent_id, self.fw.framework_id, offer.role, before, after)
+        self.remaining[offer_id] = self.remaining[offer_id] - before + after
+
+    def _convert_problem(
+        self, resources: Resources, *, reserve: bool
+    ) -> tuple[str | None, tuple[OfferID, Resources, Resources] | None]:
+        """What is wrong with the operation, or (offer, before, after) to apply."""
+        if not resources:
+            return "no resources given", None
+        roles = resources.roles()
+        if UNRESERVED in roles:
+            return "resources must be reserved to a role, not unreserved", None
+        if len(roles) != 1:
+            return f"resources are reserved to several roles {sorted(roles)}", None
+        role = next(iter(roles))
+        if role not in self.fw.info.roles:
+            return f"the framework is not in role {role!r}", None
+        matching = [oid for oid, o in self.offers.items() if o.role == role]
+        if not matching:
+            offered = sorted({o.role for o in self.offers.values()})
+            return f"role {role!r} does not match the offers' role(s) {offered}", None
+        flat = resources.flatten(UNRESERVED)
+        before, after = (flat, resources) if reserve else (resources, flat)
+        for offer_id in matching:
+            if not self.remaining[offer_id].contains(before):
+                continue
+            if not reserve:
+                problem = self._static_problem(self.offers[offer_id].agent_id, role, resources)
+                if problem is not None:
+                    return problem, None
+            return None, (offer_id, before, after)
+        return f"{before} exceeds what remains of the accepted offers", None
+
+    def _static_problem(self, agent_id: AgentID, role: str, resources: Resources) -> str | None:
+        """Only dynamic reservations may be unreserved: those beyond the agent's own."""
+        static = self.st.agents[agent_id].info.resources.reserved(role)
+        try:
+            dynamic = self.st.allocator.total(agent_id).reserved(role) - static
+        except ResourceError:  # pragma: no cover - reservations only ever grow past static
+            dynamic = Resources()
+        if not dynamic.contains(resources):
+            return f"only dynamically reserved resources can be unreserved ({dynamic} are)"
+        return None
 
     def _launch(self, tasks: list[TaskInfo], group_executor: ExecutorInfo | None) -> None:
         """Launch ``tasks`` all-or-nothing (one task, or one task group)."""
