@@ -29,7 +29,9 @@ from agora.sdk.messages import (
 from agora.sdk.resources import Resources
 
 __all__ = [
+    "gc_unreachable",
     "mark_unreachable",
+    "on_pong",
     "on_register",
     "on_reregister",
     "on_unregister",
@@ -107,6 +109,10 @@ def on_reregister(st: MasterState, sender: Peer, msg: ReregisterAgent, now: floa
             st.agents_by_peer[sender] = agent_id
         existing.missed_pings = 0
         _adopt_unknown_tasks(st, existing, msg.tasks)
+        # Frameworks torn down while their SHUTDOWN_FRAMEWORK could not reach the agent: say it
+        # again (Mesos: Master::reconcileKnownSlave), as for an agent back from unreachable.
+        for framework_id in sorted({at.framework_id for at in msg.tasks} & st.removed_frameworks):
+            st.send(sender, ShutdownFramework(framework_id=framework_id))
         st.send(sender, AgentReregistered(agent_id=agent_id, master_info=st.master_info))
         return
 
@@ -258,6 +264,25 @@ def on_unregister(st: MasterState, agent: Agent, now: float) -> None:
     del st.agents[agent.agent_id]
     st.removed_agents.add(agent.agent_id)
     _failure(st, agent.agent_id)
+
+
+def gc_unreachable(st: MasterState, now: float) -> None:
+    """Forget unreachable agents after ``unreachable_gc_age`` or beyond ``max_unreachable_agents``
+    (oldest first). Their frameworks already heard UNREACHABLE/LOST; nothing more is sent, and
+    the agent is refused if it ever comes back."""
+    cfg = st.config
+    unreachable = sorted(
+        (a for a in st.agents.values() if a.unreachable_since is not None),
+        key=lambda a: (a.unreachable_since, a.agent_id),
+    )
+    excess = len(unreachable) - cfg.max_unreachable_agents
+    for i, agent in enumerate(unreachable):
+        assert agent.unreachable_since is not None
+        if i < excess or now - agent.unreachable_since >= cfg.unreachable_gc_age:
+            for key in list(agent.tasks):
+                st.forget_task(key)
+            del st.agents[agent.agent_id]
+            st.removed_agents.add(agent.agent_id)
 
 
 def _take_offline(st: MasterState, agent: Agent, now: float) -> None:

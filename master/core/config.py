@@ -22,6 +22,10 @@ class MasterConfig:
     heartbeat_interval: float = 15.0
     agent_ping_interval: float = 15.0
     max_agent_ping_timeouts: int = 5
+    #: Unreachable agents are forgotten after this long (Mesos: 2 weeks) ...
+    unreachable_gc_age: float = 14 * 24 * 3600.0
+    #: ... or, oldest first, once there are more of them than this (Mesos: 102,400).
+    max_unreachable_agents: int = 102_400
     #: Roles frameworks may subscribe with; empty admits any valid role name.
     roles: frozenset[str] = frozenset()
     weights: dict[str, float] = field(default_factory=dict)

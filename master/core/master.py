@@ -135,6 +135,7 @@ class Master:
         if now >= st.next_ping_at:
             st.next_ping_at = now + cfg.agent_ping_interval
             agents.ping_agents(st, now)
+            agents.gc_unreachable(st, now)
         frameworks.expire_failovers(st, now)
         offers.expire_offers(st, now)
         offers.expire_gangs(st, now)

@@ -21,6 +21,7 @@ from agora.sdk.messages import (
     SendMessage,
     Shutdown,
     ShutdownExecutor,
+    ShutdownFramework,
     StatusSource,
     StatusUpdateAck,
     StatusUpdateMessage,
@@ -53,6 +54,12 @@ def is_final(state: TaskState) -> bool:
 def on_status_update(st: MasterState, agent: Agent, msg: StatusUpdateMessage, now: float) -> None:
     update = msg.update
     status = update.status
+    if update.framework_id in st.removed_frameworks:
+        # The framework was torn down, but the agent runs on as if its SHUTDOWN_FRAMEWORK was
+        # lost (ZeroMQ drops silently; nothing makes the agent re-register). Say it again rather
+        # than drop its updates, which it would retry forever.
+        st.send(agent.peer, ShutdownFramework(framework_id=update.framework_id))
+        return
     key: TaskKey = (update.framework_id, status.task_id)
     task = st.tasks.get(key)
     if task is not None and task.agent_id != agent.agent_id:
@@ -175,6 +182,8 @@ def reconcile_one(st: MasterState, fw: Framework, item: ReconcileTask, now: floa
         state = TaskState.UNREACHABLE if pa else TaskState.LOST
     elif agent is not None:
         state = TaskState.GONE if pa else TaskState.LOST  # unknown task on a registered agent
+    elif item.agent_id in st.removed_agents:
+        state = TaskState.GONE if pa else TaskState.LOST  # the agent left for good
     elif item.agent_id is None:
         state = TaskState.GONE if pa else TaskState.LOST  # unknown task, no agent named
     else:

@@ -14,6 +14,8 @@ from agora.sdk.messages import (
     Ping,
     Pong,
     Reason,
+    Reconcile,
+    ReconcileTask,
     RegisterAgent,
     ReregisterAgent,
     ShutdownAgent,
@@ -133,3 +135,36 @@ def test_agent_without_resources_is_refused() -> None:
     out = h.handle("a1", RegisterAgent(agent_info=AgentInfo(hostname="a1", resources=Resources())))
     assert of_type(sent_to(out, "a1"), Error)
     assert h.master.state.agents == {}
+
+
+def test_unreachable_agents_are_forgotten_after_the_gc_age() -> None:
+    cfg = MasterConfig(agent_ping_interval=1.0, max_agent_ping_timeouts=3, unreachable_gc_age=100.0)
+    h = Harness(cfg)
+    agent = h.register_agent("a1")
+    fw = h.subscribe("s1", partition_aware=True, failover_timeout=3600)
+    offer = only(offers_in(h.tick(), "s1"))
+    h.launch("s1", fw, [offer], [("t1", "cpus:2;mem:1024", agent)])
+    _silence(h, 5)
+    assert h.master.state.agents[agent].status is AgentStatus.UNREACHABLE
+    _silence(h, 50)
+    assert agent in h.master.state.agents  # still remembered, may come back
+    _silence(h, 60)
+    assert agent not in h.master.state.agents
+    assert (fw, TaskID("t1")) not in h.master.state.tasks
+    item = ReconcileTask(task_id=TaskID("t1"), agent_id=agent)
+    out = h.handle("s1", Reconcile(framework_id=fw, tasks=(item,)))
+    assert only(updates_in(out, "s1")).state is TaskState.GONE
+    back = _reregister(h, agent, fw, peer="a1b")
+    assert of_type(sent_to(back, "a1b"), ShutdownAgent)  # type: ignore[arg-type]
+
+
+def test_unreachable_agents_beyond_the_cap_are_forgotten_oldest_first() -> None:
+    cfg = MasterConfig(agent_ping_interval=1.0, max_agent_ping_timeouts=3, max_unreachable_agents=1)
+    h = Harness(cfg)
+    first = h.register_agent("a1")
+    h.tick(1.0)
+    second = h.register_agent("a2")
+    _silence(h, 5)  # a1 goes unreachable one round before a2
+    _silence(h, 2)
+    assert first not in h.master.state.agents
+    assert h.master.state.agents[second].status is AgentStatus.UNREACHABLE
