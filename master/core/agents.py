@@ -6,7 +6,7 @@ from collections import defaultdict
 
 from agora.master.core.actions import Peer
 from agora.master.core.offers import rescind_offers
-from agora.master.core.state import Agent, AgentStatus, MasterState, Task
+from agora.master.core.state import Agent, AgentStatus, MasterState, Task, TaskKey
 from agora.master.core.tasks import is_final
 from agora.sdk.ids import AgentID, FrameworkID
 from agora.sdk.messages import (
@@ -102,31 +102,53 @@ def on_reregister(st: MasterState, sender: Peer, msg: ReregisterAgent, now: floa
         return
     existing = st.agents.get(agent_id)
     if existing is not None and existing.status is AgentStatus.ACTIVE:
-        # Spurious re-registration (a reconnect): keep everything, just rebind.
-        if existing.peer != sender:
-            st.agents_by_peer.pop(existing.peer, None)
-            existing.peer = sender
-            st.agents_by_peer[sender] = agent_id
-        existing.missed_pings = 0
-        _adopt_unknown_tasks(st, existing, msg.tasks)
-        # Frameworks torn down while their SHUTDOWN_FRAMEWORK could not reach the agent: say it
-        # again (Mesos: Master::reconcileKnownSlave), as for an agent back from unreachable.
-        for framework_id in sorted({at.framework_id for at in msg.tasks} & st.removed_frameworks):
-            st.send(sender, ShutdownFramework(framework_id=framework_id))
-        st.send(sender, AgentReregistered(agent_id=agent_id, master_info=st.master_info))
-        return
+        _reconnect(st, sender, existing, msg, now)
+    else:
+        _readmit(st, sender, existing, msg, now)
 
+
+def _reconnect(
+    st: MasterState, sender: Peer, agent: Agent, msg: ReregisterAgent, now: float
+) -> None:
+    """Spurious re-registration of an agent the master has active: keep its tasks, rebind,
+    and repair what the agent's report shows the master missed (Mesos: reconcileKnownSlave)."""
+    if agent.peer != sender:
+        st.agents_by_peer.pop(agent.peer, None)
+        agent.peer = sender
+        st.agents_by_peer[sender] = agent.agent_id
+    agent.missed_pings = 0
+    _adopt_unknown_tasks(st, agent, msg.tasks)
+    # Executors whose exit the master never heard of (EXITED_EXECUTOR is sent once).
+    reported = {(ex.framework_id, ex.executor_id) for ex in msg.executors}
+    for key in sorted(set(agent.executors) - reported):
+        info, role = agent.executors.pop(key)
+        st.recover(key[0], agent.agent_id, role, info.resources, now)
+    # Frameworks torn down while their SHUTDOWN_FRAMEWORK could not reach the agent.
+    for framework_id in sorted({at.framework_id for at in msg.tasks} & st.removed_frameworks):
+        st.send(sender, ShutdownFramework(framework_id=framework_id))
+    st.send(sender, AgentReregistered(agent_id=agent.agent_id, master_info=st.master_info))
+
+
+def _readmit(
+    st: MasterState, sender: Peer, existing: Agent | None, msg: ReregisterAgent, now: float
+) -> None:
+    """An agent back from unreachable, or unknown to this master (after a failover)."""
+    agent_id = msg.agent_id
     reported = [at for at in msg.tasks if at.framework_id not in st.removed_frameworks]
-    orphans = {at.framework_id for at in msg.tasks if at.framework_id in st.removed_frameworks}
+    executors = [ex for ex in msg.executors if ex.framework_id not in st.removed_frameworks]
+    orphans = {at.framework_id for at in msg.tasks} & st.removed_frameworks
+    roles = {
+        (ex.framework_id, ex.executor_id): _executor_role(st, ex.framework_id, msg.tasks)
+        for ex in executors
+    }
     used: dict[tuple[FrameworkID, str], Resources] = defaultdict(Resources)
     for at in reported:
         if not is_final(at.state):
             key = (at.framework_id, _role(st, at))
             used[key] = used[key] + at.task.resources
-    for ex in msg.executors:
-        if ex.framework_id not in st.removed_frameworks and ex.resources:
-            role = _executor_role(st, ex.framework_id, msg.tasks)
-            used[(ex.framework_id, role)] = used[(ex.framework_id, role)] + ex.resources
+    for ex in executors:
+        key = (ex.framework_id, roles[(ex.framework_id, ex.executor_id)])
+        used[key] = used[key] + ex.resources
     in_use = sum(used.values(), Resources())
     if not msg.agent_info.resources.contains(in_use):
         problem = (
@@ -136,11 +158,10 @@ def on_reregister(st: MasterState, sender: Peer, msg: ReregisterAgent, now: floa
         return
     previously = set(existing.tasks) if existing is not None else set()
     agent = _admit(st, sender, agent_id, msg.agent_info, now, dict(used))
-    for ex in msg.executors:
-        if ex.framework_id not in st.removed_frameworks:
-            role = _executor_role(st, ex.framework_id, msg.tasks)
-            agent.executors.setdefault((ex.framework_id, ex.executor_id), (ex, role))
-
+    agent.executors = {
+        (ex.framework_id, ex.executor_id): (ex, roles[(ex.framework_id, ex.executor_id)])
+        for ex in executors
+    }
     seen = set()
     for at in reported:
         key = (at.framework_id, at.task.task_id)
@@ -156,34 +177,45 @@ def on_reregister(st: MasterState, sender: Peer, msg: ReregisterAgent, now: floa
                 state=at.state,
             )
             st.add_task(task)
-        else:
-            task.state = at.state
+        task.state = at.state
         task.released = is_final(at.state)
-        if key in previously:
-            # Back from unreachable: the framework heard UNREACHABLE/LOST; it is running again.
+        if key in previously and at.status_uuid is None:
+            # Back from unreachable with every update acknowledged: the framework heard
+            # UNREACHABLE/LOST, so tell it the task's state again. With updates still pending
+            # the agent re-sends them, in order, and announcing here would run ahead of them.
             status = st.master_status(
                 at.task.task_id, at.state, Reason.AGENT_REREGISTERED, now, agent_id=agent_id
             )
             task.status = status
             st.send_framework(at.framework_id, Update(status=status))
-    for key in previously - seen:
-        task = st.tasks.get(key)
-        if task is not None and not is_final(task.state):
-            fw = st.frameworks.get(task.framework_id)
-            state = TaskState.GONE if fw is not None and fw.partition_aware else TaskState.LOST
-            status = st.master_status(key[1], state, Reason.AGENT_RESTARTED, now, agent_id=agent_id)
-            task.state, task.status, task.released = state, status, True
-            st.send_framework(task.framework_id, Update(status=status))
-            st.forget_task(key)
-    for framework_id in orphans:
+    for key in sorted(previously - seen):
+        _vanished(st, key, agent_id, now)
+    for framework_id in sorted(orphans):
         st.send(sender, ShutdownFramework(framework_id=framework_id))
     st.send(sender, AgentReregistered(agent_id=agent_id, master_info=st.master_info))
+
+
+def _vanished(st: MasterState, key: TaskKey, agent_id: AgentID, now: float) -> None:
+    """A task the master knew on the agent that the agent no longer reports."""
+    task = st.tasks.get(key)
+    if task is None or is_final(task.state):
+        return
+    fw = st.frameworks.get(task.framework_id)
+    state = TaskState.GONE if fw is not None and fw.partition_aware else TaskState.LOST
+    status = st.master_status(key[1], state, Reason.AGENT_RESTARTED, now, agent_id=agent_id)
+    task.state, task.status, task.released = state, status, True
+    st.send_framework(task.framework_id, Update(status=status))
+    st.forget_task(key)
 
 
 def _adopt_unknown_tasks(st: MasterState, agent: Agent, reported: tuple[AgentTask, ...]) -> None:
     for at in reported:
         key = (at.framework_id, at.task.task_id)
         if key in st.tasks or at.framework_id in st.removed_frameworks:
+            continue
+        if is_final(at.state):
+            # Over already, and usually just acknowledged and forgotten here (the ACK crossed
+            # this message). Adopting it would keep it forever: no update about it follows.
             continue
         st.add_task(
             Task(

@@ -140,7 +140,7 @@ def _resubscribe(st: MasterState, sender: Peer, fw: Framework, msg: Subscribe, n
         )
         st.send(old_peer, replaced)
     # Offers made to the previous connection are no longer meaningful.
-    for offer_id in list(fw.offers):
+    for offer_id in sorted(fw.offers):
         close_offer(st, offer_id, now)
     fw.info = _with_id(msg.framework_info, fw.framework_id)
     fw.disconnected_at = None
@@ -180,7 +180,7 @@ def disconnect(st: MasterState, peer: Peer, now: float) -> None:
     fw = st.frameworks[framework_id]
     fw.disconnected_at = now
     st.allocator.set_framework_active(framework_id, False)
-    for offer_id in list(fw.offers):
+    for offer_id in sorted(fw.offers):
         close_offer(st, offer_id, now)
     if fw.info.failover_timeout <= 0:
         remove_framework(st, fw, now)
@@ -195,10 +195,10 @@ def expire_failovers(st: MasterState, now: float) -> None:
 
 def remove_framework(st: MasterState, fw: Framework, now: float) -> None:
     """Tear a framework down: its offers go, its tasks are killed, its id is retired."""
-    for offer_id in list(fw.offers):
+    for offer_id in sorted(fw.offers):
         close_offer(st, offer_id, now)
     agents_with_tasks: set[AgentID] = set()
-    for key in list(fw.tasks):
+    for key in sorted(fw.tasks):
         task = st.tasks.get(key)
         if task is None:
             continue
@@ -210,7 +210,7 @@ def remove_framework(st: MasterState, fw: Framework, now: float) -> None:
         for exec_key in [k for k in agent.executors if k[0] == fw.framework_id]:
             del agent.executors[exec_key]
             agents_with_tasks.add(agent.agent_id)
-    for agent_id in agents_with_tasks:
+    for agent_id in sorted(agents_with_tasks):
         holder = st.agents.get(agent_id)
         if holder is not None and holder.status is AgentStatus.ACTIVE:
             st.send_agent(agent_id, ShutdownFramework(framework_id=fw.framework_id))

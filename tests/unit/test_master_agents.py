@@ -168,3 +168,39 @@ def test_unreachable_agents_beyond_the_cap_are_forgotten_oldest_first() -> None:
     _silence(h, 2)
     assert first not in h.master.state.agents
     assert h.master.state.agents[second].status is AgentStatus.UNREACHABLE
+
+
+def test_reregistration_drops_executors_the_agent_no_longer_reports() -> None:
+    from agora.sdk.ids import ExecutorID
+    from agora.sdk.messages import Accept, CommandInfo, ExecutorInfo, Launch, TaskInfo
+
+    h = Harness(_CFG)
+    agent = h.register_agent("a1", "cpus:4;mem:4096")
+    fw = h.subscribe("s1", failover_timeout=3600)
+    offer = only(offers_in(h.tick(), "s1"))
+    executor = ExecutorInfo(
+        executor_id=ExecutorID("ex"),
+        framework_id=fw,  # type: ignore[arg-type]
+        command=CommandInfo(value="exec"),
+        resources=Resources.parse("cpus:1;mem:512"),
+    )
+    task = TaskInfo(
+        task_id=TaskID("t1"),
+        name="t1",
+        agent_id=agent,
+        resources=Resources.parse("cpus:1;mem:512"),
+        executor=executor,
+    )
+    launch = Accept(
+        framework_id=fw, offer_ids=(offer.offer_id,), operations=(Launch(task_infos=(task,)),)
+    )  # type: ignore[arg-type]
+    h.handle("s1", launch)
+    h.agent_update("a1", fw, "t1", TaskState.FINISHED)
+    assert h.unclaimed(agent) == Resources.parse(
+        "cpus:3;mem:3584"
+    )  # the executor still holds its share
+    # Its EXITED_EXECUTOR was lost; the agent reconnects and reports no executor.
+    info = AgentInfo(hostname="a1", resources=Resources.parse("cpus:4;mem:4096"))
+    h.handle("a1", ReregisterAgent(agent_id=agent, agent_info=info))
+    assert h.master.state.agents[agent].executors == {}
+    assert h.unclaimed(agent) == Resources.parse("cpus:4;mem:4096")

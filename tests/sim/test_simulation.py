@@ -1,0 +1,393 @@
+"""Deterministic simulations: the real master core, simulated agents, frameworks and network.
+
+Each test runs one scenario with one seed (tests/support/sim/runner.py): agents and
+frameworks talk to the master core through encoded frames on a simulated network that
+delays, reorders, drops and partitions; safety invariants are checked after every delivered
+message and every tick, liveness ones after the cluster quiesces.
+
+Running:
+
+    # every scenario with the default seeds
+    .venv/bin/pytest tests/sim/test_simulation.py
+    # just seed 1234 (how a failure is replayed; -k picks the scenario)
+    AGORA_SIM_SEED=1234 .venv/bin/pytest tests/sim/test_simulation.py -k lossy
+    # the soak: 40 more seeds per scenario, or AGORA_SIM_SOAK_SEEDS of them
+    AGORA_SIM_SOAK=1 .venv/bin/pytest tests/sim/test_simulation.py -m slow
+
+A failing run names its seed and the command that replays it. The same seed always gives
+the same run: no wall clock, no sleeps, one ``random.Random(seed)``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from agora.sdk.messages import Ping, Pong, TaskState
+from support.sim.clock import EventQueue, SimClock
+from support.sim.framework import FrameworkSpec, FwTask
+from support.sim.invariants import task_history_problem
+from support.sim.network import NetConfig, SimNetwork
+from support.sim.runner import Partitions, Scenario, SimulationFailure, replay_command, run
+
+_SEED = os.environ.get("AGORA_SIM_SEED")
+SEEDS = [int(_SEED)] if _SEED else [1, 2, 3]
+SOAK = os.environ.get("AGORA_SIM_SOAK") == "1"
+_SOAK_COUNT = int(os.environ.get("AGORA_SIM_SOAK_SEEDS", "40")) if SOAK else 1
+SOAK_SEEDS = [int(_SEED)] if _SEED else list(range(1000, 1000 + _SOAK_COUNT))
+
+#: Master pings every 15 s and marks an agent unreachable after 5 missed pings (~75-90 s).
+BEFORE_PING_TIMEOUT = (20.0, 50.0)
+AFTER_PING_TIMEOUT = (100.0, 180.0)
+
+
+def _frameworks(*, gangs: bool = False) -> list[FrameworkSpec]:
+    return [
+        FrameworkSpec("plain"),
+        FrameworkSpec("aware", partition_aware=True, failover_timeout=120.0),
+        FrameworkSpec("patient", failover_timeout=300.0),
+        FrameworkSpec(
+            "gang" if gangs else "aware2", partition_aware=True, gangs=gangs, failover_timeout=60.0
+        ),
+    ]
+
+
+def steady() -> Scenario:
+    return Scenario("steady", _frameworks(), duration=300.0)
+
+
+def lossy() -> Scenario:
+    # Drops and random latency (frames of different links interleave freely; each link
+    # stays FIFO, as ZeroMQ over TCP and Mesos's libprocess are). A dropped ACCEPT leaves its
+    # offer outstanding, hence the offer timeout. EXITED_EXECUTOR has no retry: see
+    # test_dropped_exited_executor_is_forgotten.
+    return Scenario(
+        "lossy",
+        _frameworks(),
+        duration=300.0,
+        net=NetConfig(latency_min=0.001, latency_max=0.25, drop=0.05),
+        offer_timeout=30.0,
+        check_executors=False,
+    )
+
+
+def agent_partitions_heal_before_timeout() -> Scenario:
+    return Scenario(
+        "agent_partitions_heal_before_timeout",
+        _frameworks(),
+        duration=400.0,
+        agent_partitions=[Partitions(4, BEFORE_PING_TIMEOUT)],
+        check_executors=False,
+    )
+
+
+def agent_partitions_heal_after_timeout() -> Scenario:
+    return Scenario(
+        "agent_partitions_heal_after_timeout",
+        _frameworks(),
+        duration=500.0,
+        agent_partitions=[Partitions(3, AFTER_PING_TIMEOUT)],
+        check_executors=False,
+    )
+
+
+def framework_failover() -> Scenario:
+    # Schedulers cut off for less than their failover timeout re-subscribe and carry on;
+    # "brief" is cut off for longer than its 20 s and is torn down.
+    return Scenario(
+        "framework_failover",
+        [*_frameworks(), FrameworkSpec("brief", failover_timeout=20.0)],
+        duration=400.0,
+        framework_partitions=[
+            Partitions(3, (5.0, 50.0)),
+            Partitions(1, (40.0, 60.0), target="brief"),
+        ],
+    )
+
+
+def gangs() -> Scenario:
+    return Scenario(
+        "gangs",
+        [
+            *_frameworks(gangs=True),
+            FrameworkSpec("gang2", gangs=True, failover_timeout=60.0, max_active=8),
+        ],
+        duration=400.0,
+    )
+
+
+def chaos() -> Scenario:
+    """Everything at once (soak only, and one seed in the quick run)."""
+    return Scenario(
+        "chaos",
+        [
+            *_frameworks(gangs=True),
+            FrameworkSpec("brief", failover_timeout=20.0, partition_aware=True),
+        ],
+        duration=500.0,
+        net=NetConfig(latency_min=0.001, latency_max=0.25, drop=0.03),
+        offer_timeout=30.0,
+        agent_partitions=[Partitions(2, BEFORE_PING_TIMEOUT), Partitions(2, AFTER_PING_TIMEOUT)],
+        framework_partitions=[
+            Partitions(2, (5.0, 50.0)),
+            Partitions(1, (30.0, 60.0), target="brief"),
+        ],
+        check_executors=False,
+    )
+
+
+SCENARIOS: dict[str, Callable[[], Scenario]] = {
+    f.__name__: f
+    for f in (
+        steady,
+        lossy,
+        agent_partitions_heal_before_timeout,
+        agent_partitions_heal_after_timeout,
+        framework_failover,
+        gangs,
+    )
+}
+
+#: What each scenario must have exercised, so a quiet run cannot pass for a good one.
+EXERCISED: dict[str, Callable[[dict[str, int]], bool]] = {
+    "steady": lambda s: s["frames_dropped"] == 0 and s["tasks_launched"] > 300,
+    "lossy": lambda s: s["frames_dropped"] > 100 and s["final_FINISHED"] > 100,
+    "agent_partitions_heal_before_timeout": lambda s: (
+        s["partitions"] >= 3 and s["agents_marked_unreachable"] == 0
+    ),
+    "agent_partitions_heal_after_timeout": lambda s: (
+        s["agents_marked_unreachable"] >= 2 and s["agent_reregistrations"] > 0
+    ),
+    "framework_failover": lambda s: s["subscriptions"] > 5 and s["frameworks_removed"] == 1,
+    "gangs": lambda s: s["gangs_launched"] >= 5,
+    "chaos": lambda s: s["frames_dropped"] > 0 and s["partitions"] > 0,
+}
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("scenario", [*SCENARIOS])
+def test_scenario(scenario: str, seed: int) -> None:
+    result = run(SCENARIOS[scenario](), seed)
+    stats = (
+        dict.fromkeys(("frames_dropped", "partitions", "agents_marked_unreachable"), 0)
+        | result.stats
+    )
+    assert EXERCISED[scenario](stats), (
+        f"scenario {scenario} with seed {seed} did not exercise what it is for: {stats}\n"
+        f"replay: {replay_command(scenario, seed)}"
+    )
+
+
+@pytest.mark.parametrize("seed", SEEDS[:1])
+def test_chaos(seed: int) -> None:
+    result = run(chaos(), seed)
+    assert EXERCISED["chaos"](dict.fromkeys(("frames_dropped", "partitions"), 0) | result.stats)
+
+
+def test_same_seed_same_trace() -> None:
+    seed = SEEDS[0]
+    first = run(chaos(), seed)
+    again = run(chaos(), seed)
+    assert len(first.trace) > 1000
+    assert first.trace == again.trace, (
+        "two runs of one seed diverged: the simulation is not deterministic"
+    )
+    assert first.stats == again.stats
+    other = run(chaos(), seed + 1)
+    assert other.trace != first.trace
+
+
+_DIGEST = """
+import sys
+sys.path[:0] = ["tests", "tests/sim"]
+import test_simulation
+from support.sim.runner import run
+print(run(test_simulation.chaos(), int(sys.argv[1])).digest())
+"""
+
+
+def test_same_seed_same_trace_in_another_process() -> None:
+    """A seed printed by a failure replays in a fresh process, whatever its hash seed: nothing
+    in the core or the simulation may depend on the iteration order of a set of strings."""
+    seed = SEEDS[0]
+    root = Path(__file__).resolve().parents[2]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _DIGEST, str(seed)],
+            cwd=root,
+            env={**os.environ, "PYTHONHASHSEED": str(hash_seed)},
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for hash_seed in (1, 2)
+    ]
+    digests = [p.communicate(timeout=60)[0].strip() for p in procs]
+    assert all(p.returncode == 0 for p in procs), digests
+    assert digests[0] == digests[1] == run(chaos(), seed).digest()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not SOAK, reason="soak runs only with AGORA_SIM_SOAK=1")
+@pytest.mark.parametrize("seed", SOAK_SEEDS)
+@pytest.mark.parametrize("scenario", [*SCENARIOS, "chaos"])
+def test_soak(scenario: str, seed: int) -> None:
+    factory = SCENARIOS.get(scenario, chaos)
+    run(factory(), seed)
+
+
+# --- known gaps, kept visible (strict xfail: they turn red when fixed, so drop the mark) ---
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=SimulationFailure,
+    reason=(
+        "EXITED_EXECUTOR is fire-and-forget: when it is lost the master tracks the executor (and "
+        "its resources) until the agent next re-registers (then executors it does not report "
+        "are dropped, as Mesos's reconcileKnownSlave does), and nothing makes an agent "
+        "re-register after a silent drop. The agent runtime must resend EXITED_EXECUTOR until "
+        "the master acknowledges it."
+    ),
+)
+def test_dropped_exited_executor_is_forgotten() -> None:
+    scenario = lossy()
+    scenario.check_executors = True
+    for seed in range(1, 6):
+        run(scenario, seed)
+
+
+def test_reregistration_never_runs_ahead_of_the_stream() -> None:
+    """An agent back from unreachable with updates pending: the framework hears them in order,
+    never a later state first (the master announces only tasks with no update pending)."""
+    scenario = chaos()
+    for seed in range(1, 11):
+        run(scenario, seed)
+
+
+# --- the harness itself ---------------------------------------------------------------------
+
+
+def test_network_keeps_each_link_in_order_and_honours_partitions() -> None:
+    clock = SimClock()
+    queue = EventQueue(clock)
+    net = SimNetwork(queue, random.Random(7), NetConfig(latency_min=0.0, latency_max=1.0))
+    got: list[tuple[str, str]] = []
+    net.attach("a", lambda sender, msg, _epoch: got.append((sender, msg.NAME)))
+    net.attach("b", lambda sender, msg, _epoch: got.append((sender, msg.NAME)))
+    for _ in range(50):
+        net.send("a", "b", Ping())
+        net.send("a", "b", Pong())
+    queue.run_until(10.0)
+    assert [name for _s, name in got] == ["PING", "PONG"] * 50  # FIFO per link
+    net.cut.add("b")
+    net.send("a", "b", Ping())
+    queue.run_until(20.0)
+    assert len(got) == 100 and net.dropped == 1
+    assert [entry[1] for entry in net.trace[-1:]] == ["cut"]
+
+
+def _task(*heard: tuple[TaskState, str]) -> FwTask:
+    task = FwTask(task_id="t1", agent_id="a1", launched_at=0.0)  # type: ignore[arg-type]
+    for state, kind in heard:
+        task.states.append(state)
+        task.kinds.append(kind)
+    return task
+
+
+@pytest.mark.parametrize(
+    ("heard", "partition_aware", "problem"),
+    [
+        ([(TaskState.RUNNING, "stream"), (TaskState.FINISHED, "stream")], False, None),
+        ([(TaskState.FINISHED, "stream"), (TaskState.FINISHED, "stream")], False, None),
+        (
+            [
+                (TaskState.RUNNING, "stream"),
+                (TaskState.LOST, "master"),
+                (TaskState.RUNNING, "master"),
+                (TaskState.FINISHED, "stream"),
+            ],
+            False,
+            None,
+        ),
+        (
+            [
+                (TaskState.RUNNING, "stream"),
+                (TaskState.UNREACHABLE, "master"),
+                (TaskState.RUNNING, "master"),
+                (TaskState.KILLED, "stream"),
+            ],
+            True,
+            None,
+        ),
+        ([(TaskState.LOST, "reconcile")], False, None),
+        (
+            [
+                (TaskState.FINISHED, "reregistered"),
+                (TaskState.RUNNING, "stream"),
+                (TaskState.RUNNING, "reconcile"),
+                (TaskState.FINISHED, "stream"),
+            ],
+            False,
+            "stream delivered RUNNING",
+        ),
+        (
+            [
+                (TaskState.FINISHED, "reregistered"),
+                (TaskState.RUNNING, "reregistered"),
+                (TaskState.FINISHED, "stream"),
+            ],
+            False,
+            "master reported RUNNING",
+        ),
+        (
+            [
+                (TaskState.GONE, "master"),
+                (TaskState.RUNNING, "stream"),
+                (TaskState.GONE, "reconcile"),
+            ],
+            True,
+            "stream delivered RUNNING",
+        ),
+        ([(TaskState.RUNNING, "stream")], False, "not terminal"),
+        ([(TaskState.UNREACHABLE, "master")], True, "not terminal"),
+        ([(TaskState.LOST, "master")], True, "partition-aware framework heard LOST"),
+        ([(TaskState.GONE, "reconcile")], False, "not partition-aware framework heard GONE"),
+        (
+            [(TaskState.FINISHED, "stream"), (TaskState.KILLED, "stream")],
+            False,
+            "2 different terminal",
+        ),
+        (
+            [
+                (TaskState.FINISHED, "reconcile"),
+                (TaskState.RUNNING, "stream"),
+                (TaskState.FINISHED, "stream"),
+            ],
+            False,
+            "stream delivered RUNNING",
+        ),
+        (
+            [
+                (TaskState.FINISHED, "stream"),
+                (TaskState.RUNNING, "reconcile"),
+                (TaskState.FINISHED, "stream"),
+            ],
+            False,
+            "master reported RUNNING",
+        ),
+        ([], False, "never heard"),
+    ],
+)
+def test_task_history_rules(
+    heard: list[tuple[TaskState, str]], partition_aware: bool, problem: str | None
+) -> None:
+    found = task_history_problem(_task(*heard), partition_aware)
+    if problem is None:
+        assert found is None
+    else:
+        assert found is not None and problem in found, found

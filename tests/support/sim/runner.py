@@ -1,0 +1,283 @@
+"""Run one deterministic simulation of the real master core with simulated agents and frameworks.
+
+``run(scenario, seed)`` builds a cluster, drives it for ``scenario.duration`` simulated
+seconds (partitions, drops and all), then stops new launches, heals the network and lets the
+cluster quiesce before the end-of-run checks. Everything random is drawn from one
+``random.Random(seed)``, so a seed replays exactly; the network trace (every frame sent,
+delivered or dropped, with its CRC) is returned so that can be checked.
+
+Any failure is raised as ``SimulationFailure`` (an ``AssertionError``) naming the seed, the
+command that replays it, and the last frames on the wire.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections import Counter
+from dataclasses import dataclass, field, replace
+
+from agora.master.allocator import AllocatorConfig
+from agora.master.core import Master, MasterConfig, Send
+from agora.sdk.messages import Message, TaskState, is_terminal
+from agora.sdk.resources import Resources
+
+from support.sim.agent import AgentConfig, SimAgent
+from support.sim.clock import EventQueue, SimClock
+from support.sim.framework import FrameworkSpec, SimFramework
+from support.sim.invariants import Invariants
+from support.sim.network import MASTER, NetConfig, SimNetwork, TraceEntry
+
+__all__ = [
+    "Partitions",
+    "Scenario",
+    "SimResult",
+    "Simulation",
+    "SimulationFailure",
+    "replay_command",
+    "run",
+]
+
+TEST_FILE = "tests/sim/test_simulation.py"
+
+
+@dataclass(slots=True)
+class Partitions:
+    """``count`` partitions, each starting at a random time of the active phase and lasting a
+    random time in ``length``; ``target`` names the framework to cut (default: a random one
+    with a failover timeout; agents are always picked at random)."""
+
+    count: int
+    length: tuple[float, float]
+    target: str | None = None
+
+
+@dataclass(slots=True)
+class Scenario:
+    name: str
+    frameworks: list[FrameworkSpec]
+    agents: int = 6
+    agent_resources: str = "cpus:8;mem:8192"
+    net: NetConfig = field(default_factory=NetConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    #: Active phase: frameworks launch, faults happen.
+    duration: float = 300.0
+    #: Partitions that each cut one random agent off the master.
+    agent_partitions: list[Partitions] = field(default_factory=list)
+    #: Partitions that each cut one scheduler off (the transport tells both ends).
+    framework_partitions: list[Partitions] = field(default_factory=list)
+    offer_timeout: float | None = None
+    tick_interval: float = 0.5
+    #: Give up waiting for quiescence after this many simulated seconds.
+    quiesce_max: float = 1500.0
+    #: Demand that the master tracks no executor at the end (EXITED_EXECUTOR is unreliable).
+    check_executors: bool = True
+    #: Tolerate stream updates arriving after a terminal state the master announced when the
+    #: agent re-registered (see invariants.task_history_problem).
+
+
+@dataclass(slots=True)
+class SimResult:
+    scenario: str
+    seed: int
+    trace: list[TraceEntry]
+    stats: dict[str, int]
+    end_time: float
+
+    def digest(self) -> str:
+        """A short fingerprint of the whole trace (every frame, its time and its CRC)."""
+        return hashlib.sha256(repr(self.trace).encode()).hexdigest()[:32]
+
+
+class SimulationFailure(AssertionError):
+    pass
+
+
+def replay_command(scenario: str, seed: int) -> str:
+    return f"AGORA_SIM_SEED={seed} .venv/bin/pytest {TEST_FILE} -k '{scenario}'"
+
+
+class Simulation:
+    def __init__(self, scenario: Scenario, seed: int) -> None:
+        self.scenario = scenario
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.clock = SimClock()
+        self.queue = EventQueue(self.clock)
+        self.net = SimNetwork(self.queue, self.rng, replace(scenario.net))
+        ping = scenario.agent.ping_interval
+        self.master = Master(
+            MasterConfig(
+                offer_timeout=scenario.offer_timeout,
+                agent_ping_interval=ping,
+                allocator=AllocatorConfig(seed=seed),
+            )
+        )
+        self.net.attach(MASTER, self._to_master)
+        self.agents = [
+            SimAgent(
+                f"agent{i}",
+                Resources.parse(scenario.agent_resources),
+                self.queue,
+                self.net,
+                self.rng,
+                scenario.agent,
+            )
+            for i in range(scenario.agents)
+        ]
+        self.frameworks = [
+            SimFramework(spec, self.queue, self.net, self.rng) for spec in scenario.frameworks
+        ]
+        self.invariants = Invariants(
+            self.master,
+            self.agents,
+            self.frameworks,
+            check_executors=scenario.check_executors,
+        )
+        self.stats: Counter[str] = Counter()
+        self._unreachable: set[tuple[str, float]] = set()
+
+    # --- wiring ------------------------------------------------------------------------
+    def _to_master(self, sender: str, message: Message, epoch: int) -> None:
+        assert epoch == 0, f"{message.NAME} from {sender} claims a master epoch ({epoch})"
+        self._dispatch(self.master.handle(sender, message, self.clock.now))
+
+    def _tick(self) -> None:
+        self._dispatch(self.master.tick(self.clock.now))
+        for agent in self.master.state.agents.values():
+            if agent.unreachable_since is not None:
+                self._unreachable.add((agent.agent_id, agent.unreachable_since))
+        self.queue.later(self.scenario.tick_interval, self._tick, "master tick")
+
+    def _dispatch(self, sends: list[Send]) -> None:
+        self.invariants.on_sends(sends)
+        self.invariants.check(self.clock.now)
+        for send in sends:
+            self.net.send(MASTER, send.to, send.message, send.epoch)
+
+    # --- faults ------------------------------------------------------------------------
+    def _cut(self, peer: str, length: float, framework: SimFramework | None) -> None:
+        if peer in self.net.cut:
+            return
+        self.net.cut.add(peer)
+        self.stats["partitions"] += 1
+        if framework is not None:
+            # The transport notices a scheduler's connection drop on both ends.
+            self._dispatch(self.master.disconnected(peer, self.clock.now))
+            framework.connection_lost()
+        self.queue.later(length, lambda: self.net.cut.discard(peer), f"heal {peer}")
+
+    def _agent_partition(self, length: float) -> None:
+        candidates = [a for a in self.agents if a.name not in self.net.cut]
+        if candidates:
+            self._cut(self.rng.choice(candidates).name, length, None)
+
+    def _framework_partition(self, length: float, name: str | None) -> None:
+        candidates = [
+            f
+            for f in self.frameworks
+            if f.name not in self.net.cut
+            and not f.removed
+            and (f.name == name if name is not None else f.spec.failover_timeout > 0)
+        ]
+        if candidates:
+            fw = self.rng.choice(candidates)
+            self._cut(fw.name, length, fw)
+
+    def _draw(self, plan: Partitions) -> list[tuple[float, float]]:
+        """Concrete (start, length) pairs; every partition heals within the active phase."""
+        out = []
+        for _ in range(plan.count):
+            length = self.rng.uniform(*plan.length)
+            start = self.rng.uniform(10.0, max(10.0, self.scenario.duration - length - 10.0))
+            out.append((start, length))
+        return out
+
+    # --- phases ------------------------------------------------------------------------
+    def _quiet(self) -> bool:
+        if any(a.running() or a.unacknowledged() for a in self.agents):
+            return False
+        for fw in self.frameworks:
+            if fw.removed:
+                continue
+            if not fw.subscribed:
+                return False
+            for task in fw.tasks.values():
+                if not task.states:
+                    return False
+                last = task.states[-1]
+                if not (
+                    is_terminal(last) or (last is TaskState.LOST and not fw.spec.partition_aware)
+                ):
+                    return False
+        return not self.master.state.tasks
+
+    def run(self) -> SimResult:
+        sc = self.scenario
+        q = self.queue
+        for agent in self.agents:
+            q.later(self.rng.uniform(0.0, 2.0), agent.start, f"{agent.name} start")
+        for fw in self.frameworks:
+            q.later(self.rng.uniform(0.5, 3.0), fw.start, f"{fw.name} start")
+        q.later(0.0, self._tick, "master tick")
+        for plan in sc.agent_partitions:
+            for start, length in self._draw(plan):
+                q.at(start, lambda length=length: self._agent_partition(length), "agent partition")
+        for plan in sc.framework_partitions:
+            for start, length in self._draw(plan):
+                q.at(
+                    start,
+                    lambda length=length, name=plan.target: self._framework_partition(length, name),
+                    "framework partition",
+                )
+        q.run_until(sc.duration)
+        # Quiesce: no new launches, no more faults, a healed network.
+        for fw in self.frameworks:
+            fw.stop_launching()
+        self.net.config.drop = 0.0
+        self.net.cut.clear()
+        deadline = sc.duration + sc.quiesce_max
+        while self.clock.now < deadline and not self._quiet():
+            q.run_until(self.clock.now + 10.0)
+        # A little longer, so that anything still in flight lands before the verdict.
+        q.run_until(self.clock.now + 60.0)
+        self.invariants.final()
+        return SimResult(sc.name, self.seed, self.net.trace, self._stats(), self.clock.now)
+
+    def _stats(self) -> dict[str, int]:
+        stats = Counter(self.stats)
+        stats["agents_marked_unreachable"] = len(self._unreachable)
+        stats["frames_sent"] = self.net.sent
+        stats["frames_dropped"] = self.net.dropped
+        stats["invariant_checks"] = self.invariants.checks
+        stats["tasks_launched"] = sum(len(f.tasks) for f in self.frameworks)
+        stats["run_task"] = sum(self.invariants.runs.values())
+        stats["gangs_launched"] = sum(f.gangs_launched for f in self.frameworks)
+        stats["agent_reregistrations"] = sum(a.reregistrations for a in self.agents)
+        stats["subscriptions"] = sum(f.subscriptions for f in self.frameworks)
+        stats["frameworks_removed"] = sum(f.removed for f in self.frameworks)
+        for fw in self.frameworks:
+            for task in fw.tasks.values():
+                if task.states:
+                    stats[f"final_{task.states[-1].name}"] += 1
+                stats["heard_UNREACHABLE"] += TaskState.UNREACHABLE in task.states
+                stats["heard_LOST"] += TaskState.LOST in task.states
+        return dict(sorted(stats.items()))
+
+
+def run(scenario: Scenario, seed: int) -> SimResult:
+    """Run ``scenario`` with ``seed``; a failure names the seed and how to replay it."""
+    sim = Simulation(scenario, seed)
+    try:
+        return sim.run()
+    except Exception as exc:
+        tail = "\n".join(
+            f"  {t:10.4f} {what:4} {src:>10} -> {dst:<10} {name}"
+            for t, what, src, dst, name, _crc in sim.net.trace[-25:]
+        )
+        raise SimulationFailure(
+            f"simulation {scenario.name!r} failed with seed {seed} at t={sim.clock.now:.4f}:\n"
+            f"{type(exc).__name__}: {exc}\n"
+            f"replay: {replay_command(scenario.name, seed)}\n"
+            f"last frames:\n{tail}"
+        ) from exc
