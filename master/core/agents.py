@@ -168,14 +168,7 @@ def _readmit(
         seen.add(key)
         task = st.tasks.get(key)
         if task is None:
-            task = Task(
-                info=at.task,
-                framework_id=at.framework_id,
-                agent_id=agent_id,
-                role=_role(st, at),
-                resources=at.task.resources,
-                state=at.state,
-            )
+            task = _reported_task(st, agent_id, at)
             st.add_task(task)
         task.state = at.state
         task.released = is_final(at.state)
@@ -217,17 +210,21 @@ def _adopt_unknown_tasks(st: MasterState, agent: Agent, reported: tuple[AgentTas
             # Over already, and usually just acknowledged and forgotten here (the ACK crossed
             # this message). Adopting it would keep it forever: no update about it follows.
             continue
-        st.add_task(
-            Task(
-                info=at.task,
-                framework_id=at.framework_id,
-                agent_id=agent.agent_id,
-                role=_role(st, at),
-                resources=at.task.resources,
-                state=at.state,
-                released=True,  # not counted by the allocator: it never saw this task
-            )
-        )
+        task = _reported_task(st, agent.agent_id, at)
+        task.released = True  # not counted by the allocator: it never saw this task
+        st.add_task(task)
+
+
+def _reported_task(st: MasterState, agent_id: AgentID, at: AgentTask) -> Task:
+    """The master's record of a task an agent reports when it re-registers."""
+    return Task(
+        info=at.task,
+        framework_id=at.framework_id,
+        agent_id=agent_id,
+        role=_role(st, at),
+        resources=at.task.resources,
+        state=at.state,
+    )
 
 
 def _role(st: MasterState, at: AgentTask) -> str:
