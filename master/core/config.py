@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agora.master.allocator import AllocatorConfig
+from agora.sdk.resources import Resources
 
 __all__ = ["MasterConfig"]
 
@@ -29,6 +30,8 @@ class MasterConfig:
     #: Roles frameworks may subscribe with; empty admits any valid role name.
     roles: frozenset[str] = frozenset()
     weights: dict[str, float] = field(default_factory=dict)
+    #: Per-role quota on scalars: role -> (guarantee, limit or None).
+    quotas: dict[str, tuple[Resources, Resources | None]] = field(default_factory=dict)
     #: Terminal tasks remembered per framework after their last update was acknowledged.
     max_completed_tasks_per_framework: int = 1000
     allocator: AllocatorConfig = field(default_factory=AllocatorConfig)

@@ -83,6 +83,8 @@ class Master:
         alloc = allocator or Allocator(cfg.allocator)
         for role, weight in cfg.weights.items():
             alloc.set_weight(role, weight)
+        for role, (guarantee, limit) in cfg.quotas.items():
+            alloc.set_quota(role, guarantee, limit)
         self._st = MasterState(config=cfg, allocator=alloc)
 
     @property

@@ -7,7 +7,10 @@ from agora.sdk.ids import GangID
 from agora.sdk.messages import (
     Accept,
     Decline,
+    Error,
+    ErrorCode,
     Filters,
+    GangExpired,
     GangRequest,
     Launch,
     Placement,
@@ -243,3 +246,35 @@ def test_declining_part_of_a_gang_declines_it_whole() -> None:
     h.handle("s1", Decline(framework_id=fw, offer_ids=(bundle[0].offer_id,)))
     for agent_id in {o.agent_id for o in bundle}:
         assert h.unclaimed(agent_id) == Resources.parse("cpus:4;mem:4096")
+
+
+def test_gang_hold_timeout_tells_the_framework() -> None:
+    h, fw = _gang_cluster()
+    _gang(h, fw, 4, "cpus:4;mem:4096", hold=30.0)  # four whole agents; there are three
+    assert offers_in(h.tick(1.0), "s1") == []
+    out = []
+    for _ in range(31):
+        out += h.tick(1.0)
+    expired = only(of_type(sent_to(out, "s1"), GangExpired))
+    assert expired.gang_id == GangID("g1")
+    assert offers_in(out, "s1") == []
+
+
+def test_gang_request_for_a_role_the_framework_lacks_is_refused() -> None:
+    h, fw = _gang_cluster()
+    gang = GangRequest(gang_id=GangID("g2"), role="other", count=1, shape=Resources.parse("cpus:1"))
+    out = h.handle("s1", Request(framework_id=fw, gangs=(gang,)))  # type: ignore[arg-type]
+    assert only(of_type(sent_to(out, "s1"), Error)).code is ErrorCode.BAD_REQUEST
+    assert offers_in(h.tick(1.0), "s1") == []
+
+
+def test_quota_limit_from_the_master_config_caps_a_role() -> None:
+    limit = Resources.parse("cpus:2;mem:2048")
+    h = Harness(MasterConfig(quotas={"batch": (Resources(), limit)}))
+    h.register_agent("a1", "cpus:4;mem:4096")
+    h.register_agent("a2", "cpus:4;mem:4096")
+    h.subscribe("s1", roles=("batch",))
+    offered = Resources()
+    for offer in offers_in(h.tick(), "s1"):
+        offered = offered + offer.resources
+    assert offered == limit
