@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from agora.master.core.state import Agent, AgentStatus, Framework, MasterState, Task, TaskKey
-from agora.sdk.ids import AgentID, TaskID
 from agora.sdk.messages import (
     Acknowledge,
     ExecutorToFramework,
@@ -180,17 +179,15 @@ def reconcile_one(st: MasterState, fw: Framework, item: ReconcileTask, now: floa
     pa = fw.partition_aware
     if agent is not None and agent.status is AgentStatus.UNREACHABLE:
         state = TaskState.UNREACHABLE if pa else TaskState.LOST
-    elif agent is not None:
-        state = TaskState.GONE if pa else TaskState.LOST  # unknown task on a registered agent
-    elif item.agent_id in st.removed_agents:
-        state = TaskState.GONE if pa else TaskState.LOST  # the agent left for good
-    elif item.agent_id is None:
-        state = TaskState.GONE if pa else TaskState.LOST  # unknown task, no agent named
+    elif agent is not None or item.agent_id is None or item.agent_id in st.removed_agents:
+        # Unknown task on a registered agent, on no agent named, or on one that left for good.
+        state = TaskState.GONE if pa else TaskState.LOST
     else:
         state = TaskState.UNKNOWN if pa else TaskState.LOST  # the agent itself is unknown
-    st.send_framework(
-        fw.framework_id, Update(status=_reconciled(item.task_id, state, item.agent_id, now))
+    status = st.master_status(
+        item.task_id, state, Reason.RECONCILIATION, now, agent_id=item.agent_id
     )
+    st.send_framework(fw.framework_id, Update(status=status))
 
 
 def _latest(st: MasterState, fw: Framework, task: Task, now: float) -> TaskStatus:
@@ -202,29 +199,17 @@ def _latest(st: MasterState, fw: Framework, task: Task, now: float) -> TaskStatu
     state = task.status.state if task.status is not None else task.state
     if agent is not None and agent.status is AgentStatus.UNREACHABLE and not is_final(task.state):
         state = TaskState.UNREACHABLE if fw.partition_aware else TaskState.LOST
-    status = _reconciled(task.info.task_id, state, task.agent_id, now)
-    if task.status is not None:
-        # Keep what the agent said (healthy, executor, message) but never a uuid or data.
-        status = replace(
-            task.status,
-            state=state,
-            reason=Reason.RECONCILIATION,
-            uuid=None,
-            data=b"",
-            source=status.source,
-            timestamp=now,
+    if task.status is None:
+        return st.master_status(
+            task.info.task_id, state, Reason.RECONCILIATION, now, agent_id=task.agent_id
         )
-    return status
-
-
-def _reconciled(
-    task_id: TaskID, state: TaskState, agent_id: AgentID | None, now: float
-) -> TaskStatus:
-    return TaskStatus(
-        task_id=task_id,
+    # Keep what the agent said (healthy, executor, message) but never a uuid or data.
+    return replace(
+        task.status,
         state=state,
-        source=StatusSource.MASTER,
         reason=Reason.RECONCILIATION,
-        agent_id=agent_id,
+        uuid=None,
+        data=b"",
+        source=StatusSource.MASTER,
         timestamp=now,
     )
