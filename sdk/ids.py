@@ -14,7 +14,10 @@ __all__ = [
     "GangID",
     "OfferID",
     "TaskID",
+    "id_problem",
 ]
+
+_MAX_ID = 255
 
 
 class _ID(str):
@@ -48,3 +51,21 @@ class GangID(_ID):
     """Names one gang REQUEST of a framework (chosen by the framework)."""
 
     __slots__ = ()
+
+
+def id_problem(value: str) -> str | None:
+    """Why ``value`` cannot name a task or executor (None if it can).
+
+    Agents use these ids as directory names, so (as in Mesos) they must be non-empty, at most 255
+    characters, free of '/', whitespace and control characters, and neither '.' nor '..'.
+    """
+    if not value:
+        return "must not be empty"
+    if len(value) > _MAX_ID:
+        return f"is longer than {_MAX_ID} characters"
+    if value in (".", ".."):
+        return f"must not be {value!r}"
+    for ch in value:
+        if ch == "/" or ch.isspace() or not ch.isprintable():
+            return f"must not contain {ch!r}"
+    return None

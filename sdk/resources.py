@@ -308,6 +308,10 @@ class Resources:
             c = custom_kinds(s, r, t)
         return _make(s, r, t, c)
 
+    def fits(self, shape: Resources) -> bool:
+        """True when ``shape`` (same names and roles) can be carved out of these resources."""
+        return self.contains(shape)
+
     def contains(self, other: Resources) -> bool:
         """Per (name, role): scalar ``>=``, ranges superset, set superset."""
         get = self._s.get

@@ -468,6 +468,9 @@ class Allocator:
 
     # ------------------------------------------------------------------ introspection
 
+    def has_agent(self, agent_id: AgentID) -> bool:
+        return agent_id in self._ledger.agents
+
     def available(self, agent_id: AgentID) -> Resources:
         """Free on the agent: not offered, not used (earmarked resources included)."""
         return self._agent(agent_id).free

@@ -34,4 +34,6 @@ class MasterConfig:
     quotas: dict[str, tuple[Resources, Resources | None]] = field(default_factory=dict)
     #: Terminal tasks remembered per framework after their last update was acknowledged.
     max_completed_tasks_per_framework: int = 1000
+    #: Removed frameworks remembered (with their completed tasks) for operators (Mesos: 50).
+    max_completed_frameworks: int = 50
     allocator: AllocatorConfig = field(default_factory=AllocatorConfig)

@@ -15,12 +15,14 @@ from agora.sdk.messages import (
     ErrorCode,
     FrameworkInfo,
     KillTask,
+    Reason,
     Request,
     Revive,
     ShutdownFramework,
     Subscribe,
     Subscribed,
     Suppress,
+    TaskState,
     is_terminal,
 )
 
@@ -205,7 +207,12 @@ def remove_framework(st: MasterState, fw: Framework, now: float) -> None:
         agents_with_tasks.add(task.agent_id)
         if not is_terminal(task.state):
             st.send_agent(task.agent_id, KillTask(framework_id=fw.framework_id, task_id=key[1]))
+            task.state = TaskState.KILLED
+            task.status = st.master_status(
+                key[1], TaskState.KILLED, Reason.FRAMEWORK_REMOVED, now, agent_id=task.agent_id
+            )
         st.forget_task(key)
+        fw.completed.append(task)
     for agent in st.agents.values():
         for exec_key in [k for k in agent.executors if k[0] == fw.framework_id]:
             del agent.executors[exec_key]
@@ -221,6 +228,11 @@ def remove_framework(st: MasterState, fw: Framework, now: float) -> None:
         del st.frameworks_by_peer[fw.peer]
     del st.frameworks[fw.framework_id]
     st.removed_frameworks.add(fw.framework_id)
+    while len(fw.completed) > st.config.max_completed_tasks_per_framework:
+        fw.completed.popleft()
+    st.completed_frameworks.append(fw)
+    while len(st.completed_frameworks) > st.config.max_completed_frameworks:
+        st.completed_frameworks.popleft()
 
 
 def on_suppress(st: MasterState, fw: Framework, msg: Suppress) -> None:

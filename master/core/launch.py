@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from agora.master.core.offers import close_offer, with_bundles
 from agora.master.core.state import Framework, MasterState, OutstandingOffer, Task
-from agora.sdk.ids import AgentID, ExecutorID, OfferID, TaskID
+from agora.sdk.ids import AgentID, ExecutorID, OfferID, TaskID, id_problem
 from agora.sdk.messages import (
     Accept,
     Decline,
@@ -231,12 +231,18 @@ class _Launch:
                     framework_id=fw.framework_id,
                     executor=group_executor,
                     task_group=TaskGroupInfo(tasks=tuple(tasks)),
+                    role=offer.role,
                 ),
             )
         else:
             st.send(
                 agent.peer,
-                RunTask(framework_info=fw.info, framework_id=fw.framework_id, task=tasks[0]),
+                RunTask(
+                    framework_info=fw.info,
+                    framework_id=fw.framework_id,
+                    task=tasks[0],
+                    role=offer.role,
+                ),
             )
 
     def _validate(
@@ -271,8 +277,9 @@ class _Launch:
         return f"resources {need} exceed what the accepted offers hold on agent {agent_id}", {}
 
     def _task_problem(self, task: TaskInfo, group_executor: ExecutorInfo | None) -> str | None:
-        if not task.task_id:
-            return "empty task id"
+        problem = id_problem(task.task_id)
+        if problem is not None:
+            return f"task id {problem}"
         if (
             task.task_id in self.seen_task_ids
             or (self.fw.framework_id, task.task_id) in self.st.tasks
@@ -291,6 +298,9 @@ class _Launch:
         return None
 
     def _executor_problem(self, agent_id: AgentID, executor: ExecutorInfo) -> str | None:
+        problem = id_problem(executor.executor_id)
+        if problem is not None:
+            return f"executor id {problem}"
         if executor.framework_id != self.fw.framework_id:
             return f"executor {executor.executor_id} belongs to another framework"
         known = self._known_executor(agent_id, executor.executor_id)

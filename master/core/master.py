@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agora.master.allocator import Allocator
-from agora.master.core import agents, frameworks, launch, offers, tasks
+from agora.master.core import agents, frameworks, launch, offers, operator, tasks
 from agora.master.core.actions import Action, Peer
 from agora.master.core.config import MasterConfig
 from agora.master.core.state import Agent, AgentStatus, Framework, MasterState
@@ -25,9 +25,11 @@ from agora.sdk.messages import (
     ErrorCode,
     ExecutorToFramework,
     ExitedExecutor,
+    GetState,
     Heartbeat,
     Kill,
     Message,
+    OperatorKill,
     Pong,
     Reconcile,
     RegisterAgent,
@@ -105,6 +107,11 @@ class Master:
             agents.on_register(st, sender, message, now)
         elif isinstance(message, ReregisterAgent):
             agents.on_reregister(st, sender, message, now)
+        elif isinstance(message, GetState):
+            operator.on_get_state(st, sender)
+        elif isinstance(message, OperatorKill):
+            # Who may do this is the daemon's decision (its ACL); the core only carries it out.
+            operator.on_operator_kill(st, sender, message, now)
         elif type(message) in _FRAMEWORK_CALLS:
             fw = frameworks.authorized(st, sender, message.framework_id)  # type: ignore[attr-defined]
             if fw is not None:

@@ -130,6 +130,8 @@ class MasterState:
     frameworks_by_peer: dict[Peer, FrameworkID] = field(default_factory=dict)
     #: Frameworks torn down; their ids may not subscribe again.
     removed_frameworks: set[FrameworkID] = field(default_factory=set)
+    #: The most recently removed frameworks with their completed tasks, for operators (bounded).
+    completed_frameworks: deque[Framework] = field(default_factory=deque)
     tasks: dict[TaskKey, Task] = field(default_factory=dict)
     offers: dict[OfferID, OutstandingOffer] = field(default_factory=dict)
     outbox: list[Action] = field(default_factory=list)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-from agora.sdk.messages import agent, executor, scheduler
+from agora.sdk.messages import agent, executor, operator, scheduler
 from agora.sdk.messages._record import (
     MaxItems,
     MaxLen,
@@ -78,6 +78,14 @@ from agora.sdk.messages.executor import (
     RegisterExecutor,
     ReregisterExecutor,
 )
+from agora.sdk.messages.operator import (
+    AgentSummary,
+    FrameworkSummary,
+    GetState,
+    OperatorKill,
+    StateReply,
+    TaskSummary,
+)
 from agora.sdk.messages.scheduler import (
     Accept,
     Acknowledge,
@@ -103,7 +111,7 @@ from agora.sdk.messages.scheduler import (
 )
 
 MESSAGE_TYPES: Final[Mapping[str, type[Message]]] = build_registry(
-    (*scheduler.MESSAGES, *agent.MESSAGES, *executor.MESSAGES)
+    (*scheduler.MESSAGES, *agent.MESSAGES, *executor.MESSAGES, *operator.MESSAGES)
 )
 
 __all__ = [
@@ -114,6 +122,7 @@ __all__ = [
     "AgentInfo",
     "AgentRegistered",
     "AgentReregistered",
+    "AgentSummary",
     "AgentTask",
     "CommandInfo",
     "Decline",
@@ -129,9 +138,11 @@ __all__ = [
     "FrameworkCapability",
     "FrameworkInfo",
     "FrameworkMessage",
+    "FrameworkSummary",
     "FrameworkToExecutor",
     "GangExpired",
     "GangRequest",
+    "GetState",
     "Heartbeat",
     "Kill",
     "KillTask",
@@ -146,6 +157,7 @@ __all__ = [
     "Offer",
     "Offers",
     "Operation",
+    "OperatorKill",
     "Ping",
     "Placement",
     "Pong",
@@ -169,6 +181,7 @@ __all__ = [
     "ShutdownAgent",
     "ShutdownExecutor",
     "ShutdownFramework",
+    "StateReply",
     "StatusSource",
     "StatusUpdate",
     "StatusUpdateAck",
@@ -180,6 +193,7 @@ __all__ = [
     "TaskInfo",
     "TaskState",
     "TaskStatus",
+    "TaskSummary",
     "Teardown",
     "UnregisterAgent",
     "Unreserve",

@@ -91,6 +91,8 @@ class RunTask(Message):
     framework_info: FrameworkInfo
     framework_id: FrameworkID
     task: TaskInfo
+    #: The role the task's resources were offered to; the agent reports it back on re-registration.
+    role: ShortStr = "*"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,6 +102,7 @@ class RunTaskGroup(Message):
     framework_id: FrameworkID
     executor: ExecutorInfo
     task_group: TaskGroupInfo
+    role: ShortStr = "*"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -133,6 +133,8 @@ class TaskStatus(Record):
     timestamp: Timestamp = 0.0
     unreachable_time: Timestamp | None = None
     data: bytes = b""
+    #: The command's exit status when it ended (negative: killed by that signal number).
+    exit_code: Annotated[int, Range(-255, 255)] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

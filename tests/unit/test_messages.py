@@ -81,8 +81,8 @@ SPEC_FIELDS: dict[str, tuple[str, ...]] = {
     "AGENT_REREGISTERED": ("agent_id", "master_info"),
     "PING": ("connected",),
     "PONG": (),
-    "RUN_TASK": ("framework_info", "framework_id", "task"),
-    "RUN_TASK_GROUP": ("framework_info", "framework_id", "executor", "task_group"),
+    "RUN_TASK": ("framework_info", "framework_id", "task", "role"),
+    "RUN_TASK_GROUP": ("framework_info", "framework_id", "executor", "task_group", "role"),
     "KILL_TASK": ("framework_id", "task_id"),
     "SHUTDOWN_EXECUTOR": ("framework_id", "executor_id"),
     "SHUTDOWN_FRAMEWORK": ("framework_id",),
@@ -105,6 +105,9 @@ SPEC_FIELDS: dict[str, tuple[str, ...]] = {
     "EXECUTOR_REREGISTERED": ("agent_id", "agent_info"),
     "LAUNCH_TASK": ("framework_id", "task"),
     "LAUNCH_GROUP": ("framework_id", "executor", "task_group"),
+    "GET_STATE": (),
+    "STATE": ("master_info", "agents", "frameworks", "tasks"),
+    "OPERATOR_KILL": ("task_id", "framework_id"),
 }
 
 SPEC_RECORD_FIELDS: dict[str, tuple[str, ...]] = {
@@ -148,6 +151,7 @@ SPEC_RECORD_FIELDS: dict[str, tuple[str, ...]] = {
         "timestamp",
         "unreachable_time",
         "data",
+        "exit_code",
     ),
     "Filters": ("refuse_seconds",),
     "Offer": (
