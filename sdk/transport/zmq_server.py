@@ -1,0 +1,148 @@
+"""The ROUTER side over ZeroMQ: one socket, many peers, single-frame messages."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import structlog
+import zmq
+import zmq.asyncio
+from agora.sdk.codec import encode
+from agora.sdk.errors import ProtocolError
+from agora.sdk.messages import Message
+from agora.sdk.transport._zmq_io import (
+    DEFAULT_HWM,
+    ZMQ_MAX_MSG_SIZE,
+    SocketIO,
+    make_context,
+    new_socket,
+)
+from agora.sdk.transport.base import Received, TransportClosed, decode_received
+
+if TYPE_CHECKING:
+    from agora.sdk.transport.curve import CurveServer
+    from zmq.auth.asyncio import AsyncioAuthenticator
+
+__all__ = ["DEFAULT_HWM", "ZMQ_MAX_MSG_SIZE", "ZmqServer"]
+
+log = structlog.get_logger(__name__)
+
+
+class ZmqServer:
+    """A bound ROUTER socket (ROUTER_MANDATORY: a send to a gone peer returns False).
+
+    Create with :meth:`bind`. With CURVE it must be created from a coroutine (the ZAP handler
+    runs on the event loop); every call must come from that same loop.
+    """
+
+    def __init__(
+        self,
+        sock: zmq.Socket[bytes],
+        context: zmq.asyncio.Context,
+        owns_context: bool,
+        authenticator: AsyncioAuthenticator | None,
+    ) -> None:
+        self.endpoint: str = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._io = SocketIO(sock, f"server {self.endpoint}")
+        self._context = context
+        self._owns_context = owns_context
+        self._auth = authenticator
+        self._curve = authenticator is not None
+
+    @classmethod
+    def bind(
+        cls,
+        endpoint: str,
+        *,
+        curve: CurveServer | None = None,
+        context: zmq.asyncio.Context | None = None,
+        hwm: int = DEFAULT_HWM,
+    ) -> ZmqServer:
+        """Bind a ROUTER to ``endpoint`` (``tcp://127.0.0.1:0`` picks a free port; read the real
+        one from :attr:`endpoint`). With ``curve``, a ZAP handler admits only authorized keys."""
+        ctx, owned = make_context(context)
+        auth = None
+        sock = None
+        try:
+            if curve is not None:
+                auth = curve.start_authenticator(ctx)
+            sock = new_socket(ctx, zmq.ROUTER, hwm)
+            sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+            if curve is not None:
+                curve.configure_socket(sock)
+            sock.bind(endpoint)
+            server = cls(sock, ctx, owned, auth)
+        except BaseException:
+            if sock is not None:
+                sock.close(linger=0)
+            if auth is not None:
+                auth.stop()
+            if owned:
+                ctx.destroy(linger=0)
+            raise
+        log.debug("transport_bound", endpoint=server.endpoint, curve=curve is not None)
+        return server
+
+    @property
+    def closed(self) -> bool:
+        return self._io.closed
+
+    def recv_nowait(self) -> Received | None:
+        parts = self._io.recv_nowait(copy=not self._curve)
+        return None if parts is None else self._received(parts)
+
+    async def recv(self) -> Received:
+        return self._received(await self._io.recv(copy=not self._curve))
+
+    def _received(self, parts: list[bytes] | list[zmq.Frame]) -> Received:
+        principal: str | None = None
+        head, body = parts[0], parts[-1]
+        if isinstance(head, zmq.Frame):
+            peer = head.bytes.hex()
+            principal = _user_id(body)
+        else:
+            peer = head.hex()
+        if len(parts) != 2:
+            error = ProtocolError(f"expected a single-frame message, got {len(parts) - 1} frames")
+            return Received(peer, None, 0, error, principal)
+        data = body.buffer if isinstance(body, zmq.Frame) else body
+        return decode_received(peer, data, principal)
+
+    async def send(self, peer: str, message: Message, epoch: int = 0) -> bool:
+        """Queue ``message`` to ``peer``; False when the peer is unknown or gone, or when its
+        queue is at the high-water mark (the message is dropped: never blocks on one peer)."""
+        frame = encode(message, epoch=epoch)
+        try:
+            routing_id = bytes.fromhex(peer)
+        except ValueError:
+            if self._io.closed:
+                raise TransportClosed(f"server {self.endpoint} is closed") from None
+            return False
+        try:
+            if self._io.send_nowait(routing_id, frame):
+                return True
+        except zmq.ZMQError as exc:
+            if exc.errno == zmq.EHOSTUNREACH:
+                return False
+            raise
+        log.warning("transport_peer_backlogged", peer=peer, endpoint=self.endpoint)
+        return False
+
+    def close(self) -> None:
+        if self._io.closed:
+            return
+        self._io.close()
+        if self._auth is not None:
+            self._auth.stop()
+        if self._owns_context:
+            self._context.destroy(linger=0)
+
+
+def _user_id(frame: bytes | zmq.Frame) -> str | None:
+    if not isinstance(frame, zmq.Frame):
+        return None
+    try:
+        user_id = frame.get("User-Id")
+    except zmq.ZMQError:
+        return None
+    return user_id if isinstance(user_id, str) and user_id else None
