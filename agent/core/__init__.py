@@ -1,0 +1,34 @@
+"""The agent's state machine: stimuli in (``from_master``, ``from_executor``, ``tick``, ...),
+actions out. Pure: no I/O, no clock, no randomness. See ``agent.py`` for the shell's contract."""
+
+from agora.agent.core.actions import (
+    Action,
+    LaunchExecutor,
+    SignalExecutor,
+    Terminate,
+    ToExecutor,
+    ToMaster,
+)
+from agora.agent.core.agent import Agent
+from agora.agent.core.config import AgentConfig
+from agora.agent.core.executors import LAUNCH_FAILED_STATUS, command_executor_info
+from agora.agent.core.state import COMMAND_EXECUTOR_ID, AgentState, ExecutorState
+from agora.agent.core.status_updates import StatusUpdateManager, is_final
+
+__all__ = [
+    "COMMAND_EXECUTOR_ID",
+    "LAUNCH_FAILED_STATUS",
+    "Action",
+    "Agent",
+    "AgentConfig",
+    "AgentState",
+    "ExecutorState",
+    "LaunchExecutor",
+    "SignalExecutor",
+    "StatusUpdateManager",
+    "Terminate",
+    "ToExecutor",
+    "ToMaster",
+    "command_executor_info",
+    "is_final",
+]

@@ -1,0 +1,84 @@
+"""What the agent core asks its shell to do. The core never performs I/O itself."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from agora.sdk.ids import ExecutorID, FrameworkID
+from agora.sdk.messages import ExecutorInfo, Message
+
+__all__ = [
+    "Action",
+    "LaunchExecutor",
+    "SignalExecutor",
+    "Terminate",
+    "ToExecutor",
+    "ToMaster",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ToMaster:
+    """Send ``message`` on the master link (epoch 0: an agent is not a master)."""
+
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class ToExecutor:
+    """Send ``message`` to the executor connected as ``peer`` on the executor socket."""
+
+    peer: str
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchExecutor:
+    """Start an executor process.
+
+    ``sandbox`` is relative to the agent's work dir (``frameworks/<fid>/executors/<eid>``); the
+    shell creates it, makes it the cwd and sends the process's stdout/stderr to
+    ``executor.stdout``/``executor.stderr`` in it. ``builtin`` means the built-in command executor
+    (``python -m agora.agent.executors.command``); otherwise run ``info.command``.
+
+    ``environment`` holds the executor's own ``CommandInfo.environment`` overlaid with what the
+    core knows: AGORA_FRAMEWORK_ID, AGORA_EXECUTOR_ID, AGORA_AGENT_ID and
+    AGORA_SHUTDOWN_GRACE_PERIOD. The shell adds what only it knows: AGORA_AGENT_ENDPOINT,
+    AGORA_SANDBOX (absolute) and AGORA_RECOVERY_TIMEOUT, on top of its base environment.
+    ``user`` is the user to run as (None: the agent's own).
+
+    The shell must answer every LaunchExecutor with exactly one of ``Agent.executor_exited``
+    (when the process ends) or ``Agent.executor_launch_failed`` (when it could not start).
+    """
+
+    framework_id: FrameworkID
+    executor_id: ExecutorID
+    info: ExecutorInfo
+    builtin: bool
+    sandbox: str
+    environment: Mapping[str, str] = field(default_factory=dict)
+    user: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SignalExecutor:
+    """Signal the executor's process group: SIGTERM (``kill=False``) or SIGKILL (``kill=True``).
+
+    The executor's process may already be gone; the shell ignores the action then."""
+
+    framework_id: FrameworkID
+    executor_id: ExecutorID
+    kill: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Terminate:
+    """The master told the agent to shut down. Every executor has been told to shut down (or
+    signalled) already; the shell waits up to the shutdown grace period for them to exit, SIGKILLs
+    the rest, and exits. The core ignores every stimulus after this."""
+
+    reason: str
+
+
+Action = ToMaster | ToExecutor | LaunchExecutor | SignalExecutor | Terminate

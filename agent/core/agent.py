@@ -1,0 +1,206 @@
+"""The agent core: every stimulus in, the actions it causes out.
+
+``Agent`` is the only public entry point. The daemon (agora.agent.server) feeds it decoded
+messages from the master link (with the frame's epoch) and from the executor socket (with the
+sender's peer name), reports the master link going up and down and executor processes ending,
+calls ``tick`` regularly (every 0.1 s or so), and performs the returned actions in order:
+
+* ``ToMaster(message)``: send on the master link, epoch 0;
+* ``ToExecutor(peer, message)``: send on the executor socket to ``peer`` (a gone peer: drop);
+* ``LaunchExecutor(...)``: start the process; later call ``executor_exited`` or, if it could not
+  start, ``executor_launch_failed`` (exactly one of them per LaunchExecutor);
+* ``SignalExecutor(fid, eid, kill)``: SIGTERM / SIGKILL its process group (gone: ignore);
+* ``Terminate(reason)``: see its docstring; the core is inert afterwards.
+
+``now`` is any clock that only moves forward (all timers are relative); the core stamps the
+statuses it generates with it, so the daemon should pass wall-clock ``time.time()``.
+Nothing here does I/O, reads a clock or draws random numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from agora.agent.core import executors, registration, tasks
+from agora.agent.core.actions import Action, SignalExecutor, Terminate
+from agora.agent.core.config import AgentConfig
+from agora.agent.core.state import AgentState, ExecutorState
+from agora.agent.core.status_updates import StatusUpdateManager
+from agora.sdk.ids import AgentID, ExecutorID, FrameworkID
+from agora.sdk.messages import (
+    AgentRegistered,
+    AgentReregistered,
+    ExecutorToFramework,
+    FrameworkToExecutor,
+    KillTask,
+    Message,
+    Ping,
+    RegisterExecutor,
+    ReregisterExecutor,
+    RunTask,
+    RunTaskGroup,
+    ShutdownAgent,
+    ShutdownExecutor,
+    ShutdownFramework,
+    StatusUpdateAck,
+    StatusUpdateMessage,
+)
+
+__all__ = ["Agent"]
+
+_Handler = Callable[[AgentState, Any, float], None]
+
+#: What the master may ask of an agent that has an id (registered, or re-registering).
+_WORK: dict[type[Any], _Handler] = {
+    RunTask: tasks.on_run_task,
+    RunTaskGroup: tasks.on_run_task_group,
+    KillTask: tasks.on_kill_task,
+    StatusUpdateAck: tasks.on_master_ack,
+    ShutdownExecutor: executors.on_shutdown_executor,
+    ShutdownFramework: executors.on_shutdown_framework,
+    FrameworkToExecutor: lambda st, msg, _now: executors.on_framework_message(st, msg),
+}
+
+
+class Agent:
+    """The agent's state machine (sans-IO)."""
+
+    def __init__(self, config: AgentConfig) -> None:
+        updates = StatusUpdateManager(config.status_update_retry, config.status_update_retry_max)
+        self._st = AgentState(config=config, updates=updates)
+
+    # --- views -----------------------------------------------------------------------------
+    @property
+    def state(self) -> AgentState:
+        """Read-only view (agent_id, registered, frameworks, executors, tasks, and the pending
+        updates in ``state.updates``) for introspection and tests; mutate only via stimuli."""
+        return self._st
+
+    @property
+    def agent_id(self) -> AgentID | None:
+        return self._st.agent_id
+
+    @property
+    def registered(self) -> bool:
+        return self._st.registered
+
+    @property
+    def terminated(self) -> bool:
+        return self._st.terminated
+
+    # --- stimuli ---------------------------------------------------------------------------
+    def connected(self, now: float) -> list[Action]:
+        """The master link is up (first connect or reconnect): (re-)register now."""
+        if not self._st.terminated:
+            registration.start_registration(self._st, now)
+        return self._finish()
+
+    def disconnected(self, now: float) -> list[Action]:
+        """The master link is down: unregistered (updates held), registration keeps retrying."""
+        if not self._st.terminated:
+            registration.lost_master(self._st, now)
+        return self._finish()
+
+    def from_master(self, message: Message, epoch: int, now: float) -> list[Action]:
+        """One decoded message from the master link, with the epoch of its frame. Messages of
+        an older epoch than the newest seen are dropped (a deposed master acts on nothing)."""
+        st = self._st
+        if st.terminated or epoch < st.master_epoch:
+            return self._finish()
+        st.master_epoch = epoch
+        if isinstance(message, AgentRegistered):
+            registration.on_registered(st, message, epoch, now)
+            return self._finish()
+        if isinstance(message, AgentReregistered):
+            registration.on_reregistered(st, message, epoch, now)
+            return self._finish()
+        if st.registered and epoch > st.registered_epoch:
+            # A newer master than the one that accepted us: it may not know us yet.
+            registration.start_registration(st, now)
+        if isinstance(message, Ping):
+            registration.on_ping(st, message, now)
+        elif isinstance(message, ShutdownAgent):
+            self._shutdown_agent(message.message or "the master shut this agent down")
+        elif st.agent_id is not None and type(message) in _WORK:
+            # Work needs an agent id; before the master gave us one, nothing means anything.
+            _WORK[type(message)](st, message, now)
+        # Anything else (ERROR, messages meant for others) changes nothing.
+        return self._finish()
+
+    def from_executor(self, peer: str, message: Message, now: float) -> list[Action]:
+        """One decoded message from an executor connected as ``peer``."""
+        st = self._st
+        if st.terminated or st.agent_id is None:
+            return self._finish()
+        if isinstance(message, RegisterExecutor):
+            executors.on_register(st, peer, message, now)
+        elif isinstance(message, ReregisterExecutor):
+            ex = executors.on_reregister(st, peer, message, now)
+            if ex is not None:
+                for update in message.updates:
+                    tasks.on_executor_update(st, ex, update, now)
+        else:
+            key = st.executors_by_peer.get(peer)
+            ex = st.executors.get(key) if key is not None else None
+            if ex is None or ex.state is ExecutorState.LAUNCHING:
+                return self._finish()  # not a registered executor: ignored
+            if isinstance(message, StatusUpdateMessage):
+                tasks.on_executor_update(st, ex, message.update, now)
+            elif isinstance(message, ExecutorToFramework):
+                executors.on_executor_message(st, ex, message)
+        return self._finish()
+
+    def executor_exited(
+        self, framework_id: FrameworkID, executor_id: ExecutorID, status: int, now: float
+    ) -> list[Action]:
+        """An executor process ended; ``status`` is its return code (negative: -signal).
+
+        Its tasks that are not over end TASK_FAILED (TASK_KILLED if it was being shut down on
+        request), reason EXECUTOR_TERMINATED; the master hears EXITED_EXECUTOR. Tasks that
+        arrived while it was terminating go to a fresh executor (a new LaunchExecutor)."""
+        if not self._st.terminated:
+            executors.on_exited(self._st, framework_id, executor_id, status, now)
+        return self._finish()
+
+    def executor_launch_failed(
+        self, framework_id: FrameworkID, executor_id: ExecutorID, error: str, now: float
+    ) -> list[Action]:
+        """An executor process could not be started. Its tasks end TASK_FAILED, reason
+        CONTAINER_LAUNCH_FAILED; the master hears EXITED_EXECUTOR with status 127."""
+        if not self._st.terminated:
+            executors.on_launch_failed(self._st, framework_id, executor_id, error, now)
+        return self._finish()
+
+    def tick(self, now: float) -> list[Action]:
+        """Timers: registration retries and the master timeout, status-update resends,
+        executor registration timeouts, shutdown grace periods, idle command executors."""
+        st = self._st
+        if not st.terminated:
+            registration.tick_registration(st, now)
+            st.updates.tick(now)
+            st.flush_updates()
+            executors.tick_executors(st, now)
+        return self._finish()
+
+    # --- internals -------------------------------------------------------------------------
+    def _shutdown_agent(self, reason: str) -> None:
+        """Tell every executor to shut down (SIGTERM those not registered), then Terminate."""
+        st = self._st
+        for ex in list(st.executors.values()):
+            if ex.state is ExecutorState.RUNNING and ex.peer is not None:
+                st.to_executor(
+                    ex.peer,
+                    ShutdownExecutor(framework_id=ex.framework_id, executor_id=ex.executor_id),
+                )
+            elif ex.state is ExecutorState.LAUNCHING:
+                st.outbox.append(SignalExecutor(ex.framework_id, ex.executor_id, kill=False))
+        st.outbox.append(Terminate(reason))
+        st.terminated = True
+        st.updates.pause()
+
+    def _finish(self) -> list[Action]:
+        st = self._st
+        st.flush_updates()
+        out, st.outbox = st.outbox, []
+        return out

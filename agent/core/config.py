@@ -1,0 +1,36 @@
+"""The agent core's settings. Durations are in seconds; defaults suit one machine."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from agora.sdk.resources import Resources
+
+__all__ = ["AgentConfig"]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentConfig:
+    hostname: str
+    resources: Resources
+    attributes: Mapping[str, str] = field(default_factory=dict)
+    #: The agent's executor port, reported to the master in AgentInfo (0: unknown).
+    port: int = 0
+    #: First retry delay of an unanswered (re-)registration, doubling up to the max. Each delay
+    #: is spread over [delay/2, delay] by a hash of the hostname, so that many agents that lost
+    #: the same master do not retry in lockstep.
+    registration_backoff: float = 1.0
+    registration_backoff_max: float = 10.0
+    #: No PING from the master for this long: the master lost us (or we it), re-register.
+    master_timeout: float = 75.0
+    #: First resend of an unacknowledged status update, doubling up to the max (Mesos: 10 s
+    #: doubling to 10 min; shorter here because a resend is cheap).
+    status_update_retry: float = 1.0
+    status_update_retry_max: float = 60.0
+    #: A launched executor that has not registered after this long is killed (Mesos: 1 min).
+    executor_registration_timeout: float = 60.0
+    #: An executor told to shut down is SIGKILLed if still alive after this long (Mesos: 5 s).
+    executor_shutdown_grace_period: float = 5.0
+    #: The built-in command executor is shut down after this long without a live task.
+    command_executor_idle_timeout: float = 10.0

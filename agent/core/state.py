@@ -1,0 +1,276 @@
+"""The agent's state: registration, frameworks, executors, tasks, update streams, the outbox.
+
+Handlers in the sibling modules mutate one ``AgentState`` and append actions to its outbox;
+``Agent`` (agent.py) drains the outbox after every stimulus. Nothing here reads a clock,
+draws a random number or touches a socket.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from dataclasses import dataclass, field
+
+from agora.agent.core.actions import Action, ToExecutor, ToMaster
+from agora.agent.core.config import AgentConfig
+from agora.agent.core.status_updates import StatusUpdateManager, is_final
+from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, TaskID
+from agora.sdk.messages import (
+    AgentInfo,
+    ExecutorInfo,
+    FrameworkInfo,
+    MasterInfo,
+    Message,
+    Reason,
+    StatusSource,
+    TaskInfo,
+    TaskState,
+    TaskStatus,
+)
+
+__all__ = [
+    "COMMAND_EXECUTOR_ID",
+    "AgentState",
+    "Executor",
+    "ExecutorKey",
+    "ExecutorState",
+    "Framework",
+    "QueuedLaunch",
+    "Task",
+    "TaskKey",
+    "is_final",
+]
+
+TaskKey = tuple[FrameworkID, TaskID]
+ExecutorKey = tuple[FrameworkID, ExecutorID]
+
+#: The executor id of the built-in command executor (one per framework on an agent).
+COMMAND_EXECUTOR_ID = ExecutorID("agora-command")
+
+_UUID_NAMESPACE = uuid.UUID("5d1c7f0e-6f3a-4c51-9a53-61676f726121")
+
+
+class ExecutorState(enum.Enum):
+    #: LaunchExecutor sent; waiting for its REGISTER_EXECUTOR.
+    LAUNCHING = "LAUNCHING"
+    #: Registered: ``peer`` reaches it.
+    RUNNING = "RUNNING"
+    #: Told to shut down, or killed; waiting for the shell to report its exit.
+    TERMINATING = "TERMINATING"
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedLaunch:
+    """Tasks waiting for their executor to register: one task, or one task group."""
+
+    task_ids: tuple[TaskID, ...]
+    group: bool
+
+
+@dataclass(slots=True)
+class Executor:
+    framework_id: FrameworkID
+    executor_id: ExecutorID
+    info: ExecutorInfo
+    builtin: bool
+    state: ExecutorState
+    launched_at: float
+    peer: str | None = None
+    #: Launches to hand over when the executor registers, in arrival order.
+    queued: list[QueuedLaunch] = field(default_factory=list)
+    #: Tasks of this executor still in the agent's state (queued, launched, or final and not
+    #: yet acknowledged) ...
+    tasks: set[TaskID] = field(default_factory=set)
+    #: ... and those of them that are not final.
+    live: set[TaskID] = field(default_factory=set)
+    #: Launches that arrived while this executor was terminating: they go to a fresh executor
+    #: with the same id once this one has exited.
+    successor: list[QueuedLaunch] = field(default_factory=list)
+    #: The master or the framework asked for the shutdown: its tasks end KILLED, not FAILED.
+    shutdown_requested: bool = False
+    #: When to SIGKILL it if it is still alive (None: no escalation pending).
+    kill_at: float | None = None
+    #: Built-in executor only: since when it has had nothing to run.
+    idle_since: float | None = None
+
+    @property
+    def key(self) -> ExecutorKey:
+        return (self.framework_id, self.executor_id)
+
+    @property
+    def sandbox(self) -> str:
+        return f"frameworks/{self.framework_id}/executors/{self.executor_id}"
+
+
+@dataclass(slots=True)
+class Task:
+    framework_id: FrameworkID
+    info: TaskInfo
+    executor_id: ExecutorID
+    #: The role of the offer the task's resources came from (reported on re-registration).
+    role: str
+    #: The newest state the agent knows (its own or the executor's latest update).
+    state: TaskState = TaskState.STAGING
+    #: Handed to its executor (LaunchTask / LaunchTaskGroup sent).
+    launched: bool = False
+
+    @property
+    def key(self) -> TaskKey:
+        return (self.framework_id, self.info.task_id)
+
+
+@dataclass(slots=True)
+class Framework:
+    framework_id: FrameworkID
+    info: FrameworkInfo
+    #: SHUTDOWN_FRAMEWORK received: its updates are no longer forwarded, no new work accepted.
+    terminating: bool = False
+    executors: set[ExecutorID] = field(default_factory=set)
+    tasks: set[TaskID] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class AgentState:
+    config: AgentConfig
+    updates: StatusUpdateManager
+    agent_id: AgentID | None = None
+    #: The master answered our latest (re-)registration and has not been lost since.
+    registered: bool = False
+    #: SHUTDOWN_AGENT received: the core ignores everything from now on.
+    terminated: bool = False
+    #: Highest master epoch seen; messages from older epochs are dropped.
+    master_epoch: int = 0
+    #: Epoch of the master that accepted our registration.
+    registered_epoch: int = 0
+    master_info: MasterInfo | None = None
+    last_ping_at: float = 0.0
+    #: When to send the next (re-)registration; None while registered.
+    next_registration_at: float | None = 0.0
+    registration_backoff: float = 0.0
+    registration_attempts: int = 0
+    frameworks: dict[FrameworkID, Framework] = field(default_factory=dict)
+    executors: dict[ExecutorKey, Executor] = field(default_factory=dict)
+    executors_by_peer: dict[str, ExecutorKey] = field(default_factory=dict)
+    tasks: dict[TaskKey, Task] = field(default_factory=dict)
+    outbox: list[Action] = field(default_factory=list)
+    _serial: int = 0
+
+    # --- identity ----------------------------------------------------------------------
+    @property
+    def agent_info(self) -> AgentInfo:
+        c = self.config
+        return AgentInfo(
+            hostname=c.hostname,
+            resources=c.resources,
+            attributes=dict(c.attributes),
+            port=c.port,
+            agent_id=self.agent_id,
+        )
+
+    # --- sending -----------------------------------------------------------------------
+    def to_master(self, message: Message) -> None:
+        self.outbox.append(ToMaster(message))
+
+    def to_executor(self, peer: str, message: Message) -> None:
+        self.outbox.append(ToExecutor(peer, message))
+
+    def flush_updates(self) -> None:
+        """Move the status-update manager's forwards into the outbox, in order."""
+        for message in self.updates.take():
+            self.outbox.append(ToMaster(message))
+
+    # --- status updates ----------------------------------------------------------------
+    def mint_uuid(self, framework_id: FrameworkID, task_id: TaskID, now: float) -> bytes:
+        """A fresh 16-byte uuid for an update the agent generates, derived (no randomness)
+        from the agent id, the task, a counter and the time."""
+        self._serial += 1
+        name = f"{self.agent_id}/{framework_id}/{task_id}/{self._serial}/{now!r}"
+        return uuid.uuid5(_UUID_NAMESPACE, name).bytes
+
+    def agent_status(
+        self,
+        framework_id: FrameworkID,
+        task_id: TaskID,
+        state: TaskState,
+        reason: Reason,
+        now: float,
+        *,
+        executor_id: ExecutorID | None = None,
+        message: str = "",
+    ) -> TaskStatus:
+        """A status the agent itself generates (source AGENT, fresh uuid)."""
+        return TaskStatus(
+            task_id=task_id,
+            state=state,
+            source=StatusSource.AGENT,
+            reason=reason,
+            message=message,
+            agent_id=self.agent_id,
+            executor_id=executor_id,
+            uuid=self.mint_uuid(framework_id, task_id, now),
+            timestamp=now,
+        )
+
+    def report(self, framework_id: FrameworkID, status: TaskStatus, now: float) -> bool:
+        """Take a status (with uuid and agent id) into the task's update stream and the task's
+        state. Updates of a terminating framework are not forwarded (the master forgot it); its
+        tasks leave the state as soon as they are final. False if the update was ignored."""
+        key = (framework_id, status.task_id)
+        task = self.tasks.get(key)
+        fw = self.frameworks.get(framework_id)
+        if fw is not None and fw.terminating:
+            if task is None or is_final(task.state):
+                return False
+        else:
+            accepted = self.updates.update(framework_id, status, now)
+            self.flush_updates()
+            if not accepted or task is None:
+                return accepted
+        task.state = status.state
+        if is_final(status.state):
+            self._task_ended(task, now)
+            if fw is not None and fw.terminating:
+                self.forget_task(key)
+        return True
+
+    def _task_ended(self, task: Task, now: float) -> None:
+        ex = self.executors.get((task.framework_id, task.executor_id))
+        if ex is None or task.info.task_id not in ex.live:
+            return
+        ex.live.discard(task.info.task_id)
+        if ex.builtin and not ex.live and not ex.queued:
+            ex.idle_since = now
+
+    # --- bookkeeping -------------------------------------------------------------------
+    def add_task(self, task: Task) -> None:
+        self.tasks[task.key] = task
+        fw = self.frameworks.get(task.framework_id)
+        if fw is not None:
+            fw.tasks.add(task.info.task_id)
+        ex = self.executors.get((task.framework_id, task.executor_id))
+        # A task never joins a terminating executor: it waits for the next one.
+        if ex is not None and ex.state is not ExecutorState.TERMINATING:
+            ex.tasks.add(task.info.task_id)
+            if not is_final(task.state):
+                ex.live.add(task.info.task_id)
+                ex.idle_since = None
+
+    def forget_task(self, key: TaskKey) -> None:
+        """The task leaves the agent (its final update was acknowledged, or nobody will)."""
+        task = self.tasks.pop(key, None)
+        if task is None:
+            return
+        ex = self.executors.get((task.framework_id, task.executor_id))
+        if ex is not None:
+            ex.tasks.discard(task.info.task_id)
+            ex.live.discard(task.info.task_id)
+        fw = self.frameworks.get(task.framework_id)
+        if fw is not None:
+            fw.tasks.discard(task.info.task_id)
+            self.gc_framework(fw.framework_id)
+
+    def gc_framework(self, framework_id: FrameworkID) -> None:
+        """Forget a framework with no executor and no task left on this agent."""
+        fw = self.frameworks.get(framework_id)
+        if fw is not None and not fw.executors and not fw.tasks:
+            del self.frameworks[framework_id]

@@ -1,0 +1,295 @@
+"""Tasks: RUN_TASK / RUN_TASK_GROUP, KILL_TASK, executors' status updates, the master's acks.
+
+A task with a ``command`` runs on the framework's built-in command executor; one with an
+``executor`` (or in a group) on that custom executor. Tasks wait in their executor's queue until
+it registers, then go to it (LAUNCH_TASK / LAUNCH_GROUP). A task is STAGING until its executor
+reports, and leaves the agent when its final update is acknowledged.
+
+Refusals: a task the agent cannot run (malformed, an id that cannot name a directory, another
+definition of a running executor) is answered TASK_ERROR (reason TASK_INVALID) from the agent.
+A RUN_TASK for a task the agent already holds is a duplicate and is ignored, as is one for a
+framework being shut down.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from agora.agent.core.executors import (
+    command_executor_info,
+    end_launches,
+    hand_over,
+    launch_executor,
+    shutdown_executor,
+)
+from agora.agent.core.state import (
+    COMMAND_EXECUTOR_ID,
+    AgentState,
+    Executor,
+    ExecutorState,
+    Framework,
+    QueuedLaunch,
+    Task,
+    is_final,
+)
+from agora.sdk.ids import FrameworkID
+from agora.sdk.messages import (
+    ExecutorInfo,
+    FrameworkInfo,
+    KillTask,
+    Reason,
+    RunTask,
+    RunTaskGroup,
+    StatusSource,
+    StatusUpdate,
+    StatusUpdateAck,
+    TaskInfo,
+    TaskState,
+)
+
+__all__ = [
+    "on_executor_update",
+    "on_kill_task",
+    "on_master_ack",
+    "on_run_task",
+    "on_run_task_group",
+    "path_problem",
+]
+
+
+def path_problem(kind: str, value: str) -> str | None:
+    """Why ``value`` cannot be a path component of a sandbox, or None if it can."""
+    if (
+        not value
+        or len(value) > 255
+        or value in (".", "..")
+        or "/" in value
+        or any(c.isspace() or not c.isprintable() for c in value)
+    ):
+        return f"{kind} {value[:64]!r} cannot name a directory"
+    return None
+
+
+# --- launching ---------------------------------------------------------------------------
+
+
+def on_run_task(st: AgentState, msg: RunTask, now: float) -> None:
+    fid, task = msg.framework_id, msg.task
+    if _ignored(st, fid, (task,)):
+        return
+    problem = path_problem("framework id", fid) or _task_problem(st, fid, task, None)
+    executor = task.executor
+    if problem is None and executor is not None:
+        problem = _executor_problem(st, fid, executor)
+    if problem is not None:
+        _refuse(st, fid, (task,), problem, now)
+        return
+    fw = _framework(st, fid, msg.framework_info)
+    if executor is None:
+        _assign(st, fw, command_executor_info(fid), True, (task,), False, msg.role, now)
+    else:
+        _assign(st, fw, executor, False, (task,), False, msg.role, now)
+
+
+def on_run_task_group(st: AgentState, msg: RunTaskGroup, now: float) -> None:
+    fid, tasks, executor = msg.framework_id, msg.task_group.tasks, msg.executor
+    if _ignored(st, fid, tasks):
+        return
+    problem = path_problem("framework id", fid) or _executor_problem(st, fid, executor)
+    if problem is None and not tasks:
+        problem = "a task group needs at least one task"
+    if problem is None and len({t.task_id for t in tasks}) != len(tasks):
+        problem = "task ids repeat within the group"
+    for task in tasks:
+        problem = problem or _task_problem(st, fid, task, executor)
+    if problem is not None:
+        _refuse(st, fid, tasks, problem, now)
+        return
+    fw = _framework(st, fid, msg.framework_info)
+    _assign(st, fw, executor, False, tasks, True, msg.role, now)
+
+
+def _ignored(st: AgentState, fid: FrameworkID, tasks: tuple[TaskInfo, ...]) -> bool:
+    """A framework being shut down takes no work; a task the agent holds is a duplicate."""
+    fw = st.frameworks.get(fid)
+    if fw is not None and fw.terminating:
+        return True
+    return any((fid, t.task_id) in st.tasks or (fid, t.task_id) in st.updates for t in tasks)
+
+
+def _task_problem(
+    st: AgentState, fid: FrameworkID, task: TaskInfo, group: ExecutorInfo | None
+) -> str | None:
+    problem = path_problem("task id", task.task_id)
+    if problem is not None:
+        return problem
+    if task.agent_id != st.agent_id:
+        return f"task {task.task_id} is for agent {task.agent_id}, not this one"
+    if group is not None:
+        if task.executor is not None and task.executor != group:
+            return f"task {task.task_id} in a group must not name another executor"
+        return None
+    if (task.command is None) == (task.executor is None):
+        return f"task {task.task_id} needs exactly one of command and executor"
+    return None
+
+
+def _executor_problem(st: AgentState, fid: FrameworkID, info: ExecutorInfo) -> str | None:
+    problem = path_problem("executor id", info.executor_id)
+    if problem is not None:
+        return problem
+    if info.executor_id == COMMAND_EXECUTOR_ID:
+        return f"executor id {COMMAND_EXECUTOR_ID} is reserved for the command executor"
+    if info.framework_id != fid:
+        return f"executor {info.executor_id} belongs to another framework"
+    ex = st.executors.get((fid, info.executor_id))
+    if ex is not None and ex.info != info:
+        return f"executor {info.executor_id} is already running with a different definition"
+    return None
+
+
+def _refuse(
+    st: AgentState, fid: FrameworkID, tasks: tuple[TaskInfo, ...], problem: str, now: float
+) -> None:
+    for task in tasks:
+        status = st.agent_status(
+            fid, task.task_id, TaskState.ERROR, Reason.TASK_INVALID, now, message=problem
+        )
+        st.report(fid, status, now)
+
+
+def _framework(st: AgentState, fid: FrameworkID, info: FrameworkInfo) -> Framework:
+    info = replace(info, framework_id=fid)
+    fw = st.frameworks.get(fid)
+    if fw is None:
+        fw = st.frameworks[fid] = Framework(framework_id=fid, info=info)
+    else:
+        fw.info = info
+    return fw
+
+
+def _assign(
+    st: AgentState,
+    fw: Framework,
+    info: ExecutorInfo,
+    builtin: bool,
+    tasks: tuple[TaskInfo, ...],
+    group: bool,
+    role: str,
+    now: float,
+) -> None:
+    """Send the tasks to their executor, launching it (and queueing them) if need be."""
+    ex = st.executors.get((fw.framework_id, info.executor_id))
+    if ex is None:
+        ex = launch_executor(st, fw, info, builtin, now)
+    for task in tasks:
+        st.add_task(
+            Task(framework_id=fw.framework_id, info=task, executor_id=info.executor_id, role=role)
+        )
+    launch = QueuedLaunch(task_ids=tuple(t.task_id for t in tasks), group=group)
+    if ex.state is ExecutorState.LAUNCHING:
+        ex.queued.append(launch)
+    elif ex.state is ExecutorState.RUNNING:
+        hand_over(st, ex, launch)
+    else:
+        ex.successor.append(launch)
+
+
+# --- killing -----------------------------------------------------------------------------
+
+
+def on_kill_task(st: AgentState, msg: KillTask, now: float) -> None:
+    """Kill a task: a queued one ends KILLED here; a launched one is the executor's to kill.
+
+    A task the agent does not know (its RUN_TASK was lost, or it is long over) is answered
+    TASK_LOST with reason TASK_UNKNOWN (LOST whether or not the framework is partition-aware:
+    the master translates nothing; the agent keeps it simple), unless an update for it is still
+    on its way."""
+    fid, tid = msg.framework_id, msg.task_id
+    fw = st.frameworks.get(fid)
+    if fw is not None and fw.terminating:
+        return
+    task = st.tasks.get((fid, tid))
+    if task is None:
+        if (fid, tid) not in st.updates:
+            status = st.agent_status(
+                fid, tid, TaskState.LOST, Reason.TASK_UNKNOWN, now, message="Unknown task"
+            )
+            st.report(fid, status, now)
+        return
+    if is_final(task.state):
+        return
+    ex = st.executors.get((fid, task.executor_id))
+    if ex is None:
+        return
+    if not task.launched:
+        _kill_waiting(st, ex, task, now)
+    elif ex.state is ExecutorState.RUNNING and ex.peer is not None:
+        st.to_executor(ex.peer, KillTask(framework_id=fid, task_id=tid))
+    # A terminating executor's tasks end when it exits.
+
+
+def _kill_waiting(st: AgentState, ex: Executor, task: Task, now: float) -> None:
+    """Kill a task still waiting for its executor; the rest of its group goes with it."""
+    tid = task.info.task_id
+    for waiting in (ex.queued, ex.successor):
+        for launch in list(waiting):
+            if tid in launch.task_ids:
+                waiting.remove(launch)
+                end_launches(
+                    st,
+                    ex,
+                    [launch],
+                    TaskState.KILLED,
+                    Reason.TASK_KILLED_DURING_LAUNCH,
+                    "Task killed before it was launched",
+                    now,
+                )
+    if ex.state is ExecutorState.LAUNCHING and not ex.queued and not ex.live:
+        shutdown_executor(st, ex, now, requested=False)  # nothing left for it to run
+
+
+# --- updates -----------------------------------------------------------------------------
+
+
+def on_executor_update(st: AgentState, ex: Executor, update: StatusUpdate, now: float) -> None:
+    """A status update from a registered executor: into the task's stream, acked at once.
+
+    Updates without a uuid, for another framework, or with state STAGING are dropped. One for a
+    task this executor does not run (unknown, long over) is acknowledged and dropped."""
+    status = update.status
+    uuid = status.uuid
+    if update.framework_id != ex.framework_id or uuid is None or ex.peer is None:
+        return
+    if status.state is not TaskState.STAGING:
+        task = st.tasks.get((ex.framework_id, status.task_id))
+        if (
+            task is not None
+            and task.launched
+            and task.executor_id == ex.executor_id
+            and status.task_id in ex.tasks
+        ):
+            clean = replace(
+                status,
+                agent_id=st.agent_id,
+                executor_id=ex.executor_id,
+                source=StatusSource.EXECUTOR,
+            )
+            st.report(ex.framework_id, clean, now)
+    st.to_executor(
+        ex.peer,
+        StatusUpdateAck(
+            framework_id=ex.framework_id, task_id=status.task_id, uuid=uuid, agent_id=st.agent_id
+        ),
+    )
+
+
+def on_master_ack(st: AgentState, msg: StatusUpdateAck, now: float) -> None:
+    """The framework acknowledged an update. Only the head of a stream can be acknowledged;
+    when that was the task's final update, the task leaves the agent."""
+    if msg.agent_id is not None and msg.agent_id != st.agent_id:
+        return
+    acked = st.updates.acknowledge(msg.framework_id, msg.task_id, msg.uuid, now)
+    st.flush_updates()
+    if acked is not None and is_final(acked.state):
+        st.forget_task((msg.framework_id, msg.task_id))
