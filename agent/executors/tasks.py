@@ -1,0 +1,437 @@
+"""Task processes of the command executor: spawn, stream, signal and reap, all on one event loop.
+
+Spawning is ``os.posix_spawn`` (vfork + exec in glibc): the child gets its own session
+(``setsid``), stdin from /dev/null and stdout/stderr either the task's sandbox files directly or
+pipes the executor reads and tees into those files (streaming). ``posix_spawn`` cannot change the
+child's directory, so the executor, which is single-threaded, changes its own directory to the
+task sandbox around the call. A task that must run as another user goes through
+``subprocess.Popen`` (slower; root only). Exits are watched with a pidfd per process registered
+on the loop; when a task's process exits, whatever is left of its process group is SIGKILLed
+(as a container's teardown would) before it is reaped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+import structlog
+from agora.sdk.executor import MAX_OUTPUT_CHUNK
+from agora.sdk.ids import TaskID
+
+__all__ = ["DRAIN_TIMEOUT", "RunAs", "TaskProcess", "TaskProcesses"]
+
+log = structlog.get_logger(__name__)
+
+#: How long output pipes may stay open after the task's process exited (held by a process that
+#: left the task's process group) before the executor stops reading them.
+DRAIN_TIMEOUT: Final = 1.0
+_FILE_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+_DRAIN_READS_MAX: Final = 64
+# Python ignores these at start-up; a child's command must see the default dispositions.
+_DEFAULT_SIGNALS: Final = (signal.SIGPIPE, signal.SIGXFSZ)
+
+
+@dataclass(frozen=True, slots=True)
+class RunAs:
+    """Run the task as this user (only when the executor runs as root)."""
+
+    name: str
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+
+
+@dataclass(slots=True, eq=False)
+class _Stream:
+    name: str  # "stdout" | "stderr"
+    pipe: int  # read end, non-blocking
+    file: int  # the sandbox file the output is teed into
+
+
+@dataclass(slots=True, eq=False)
+class TaskProcess:
+    """One spawned task command (its process is the leader of its own session and group)."""
+
+    task_id: TaskID
+    pid: int
+    sandbox: str
+    pidfd: int = -1
+    streams: dict[int, _Stream] = field(default_factory=dict)
+    killed: bool = False  # a kill was requested: the task ends KILLED whatever its status
+    returncode: int | None = None  # as subprocess: negative = terminated by that signal
+    reaped: bool = False
+    sigkill: asyncio.TimerHandle | None = None
+    sigkill_at: float | None = None
+    drain: asyncio.TimerHandle | None = None
+    popen: subprocess.Popen[bytes] | None = None
+
+
+class TaskProcesses:
+    """The live task processes of one executor.
+
+    ``on_output(process, stream, chunk)`` gets every chunk a streaming task writes (at most
+    MAX_OUTPUT_CHUNK bytes); ``on_exit(process)`` runs once per process, after its exit and after
+    the last of its output was handed to ``on_output``.
+    """
+
+    def __init__(
+        self,
+        tasks_dir: str,
+        *,
+        on_output: Callable[[TaskProcess, str, bytes], None],
+        on_exit: Callable[[TaskProcess], None],
+        drain_timeout: float = DRAIN_TIMEOUT,
+    ) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._tasks_dir = tasks_dir
+        os.makedirs(tasks_dir, exist_ok=True)
+        self._on_output = on_output
+        self._on_exit = on_exit
+        self._drain_timeout = drain_timeout
+        self._live: dict[TaskID, TaskProcess] = {}
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        self._home = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self._closed = False
+
+    @property
+    def live(self) -> Mapping[TaskID, TaskProcess]:
+        """Processes not yet reported through ``on_exit``, by task id."""
+        return self._live
+
+    def sandbox_of(self, task_id: TaskID) -> str:
+        return f"{self._tasks_dir}/{task_id}"
+
+    # ------------------------------------------------------------------ spawn
+
+    def spawn(
+        self,
+        task_id: TaskID,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        *,
+        shell: bool,
+        stream: bool,
+        run_as: RunAs | None = None,
+    ) -> TaskProcess:
+        """Start ``argv`` (``/bin/sh -c argv[0]`` when ``shell``) in the task's sandbox.
+
+        Raises OSError when the sandbox, its files or the process cannot be created; nothing of
+        the task is left behind then (except its sandbox directory and files).
+        """
+        if self._closed:
+            raise RuntimeError("TaskProcesses is closed")
+        if task_id in self._live:
+            raise ValueError(f"task {task_id} is already running")
+        sandbox = self.sandbox_of(task_id)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(sandbox)
+        opened: list[int] = []
+        try:
+            out = os.open(f"{sandbox}/stdout", _FILE_FLAGS, 0o644)
+            opened.append(out)
+            err = os.open(f"{sandbox}/stderr", _FILE_FLAGS, 0o644)
+            opened.append(err)
+            if run_as is not None:
+                os.chown(sandbox, run_as.uid, run_as.gid)
+                os.fchown(out, run_as.uid, run_as.gid)
+                os.fchown(err, run_as.uid, run_as.gid)
+            streams: dict[int, _Stream] = {}
+            child_out, child_err = out, err
+            if stream:
+                out_r, child_out = os.pipe()
+                opened += (out_r, child_out)
+                err_r, child_err = os.pipe()
+                opened += (err_r, child_err)
+                os.set_blocking(out_r, False)
+                os.set_blocking(err_r, False)
+                streams = {
+                    out_r: _Stream("stdout", out_r, out),
+                    err_r: _Stream("stderr", err_r, err),
+                }
+            if shell:
+                path, args = "/bin/sh", ["sh", "-c", argv[0]]
+            else:
+                path, args = _which(argv[0], env.get("PATH", os.defpath), sandbox), list(argv)
+            popen = None
+            if run_as is None:
+                pid = self._posix_spawn(path, args, env, sandbox, child_out, child_err)
+            else:
+                popen = self._popen(path, args, env, sandbox, child_out, child_err, run_as)
+                pid = popen.pid
+        except BaseException:
+            for fd in opened:
+                os.close(fd)
+            raise
+        # The child holds its ends now; keep only what the executor reads or tees into.
+        for fd in (child_out, child_err) if stream else (out, err):
+            os.close(fd)
+        process = TaskProcess(task_id, pid, sandbox, streams=streams, popen=popen)
+        try:
+            process.pidfd = os.pidfd_open(pid)
+        except OSError:
+            self._abandon(process)
+            raise
+        self._live[task_id] = process
+        self._idle.clear()
+        self._loop.add_reader(process.pidfd, self._exited, process)
+        for fd in streams:
+            self._loop.add_reader(fd, self._readable, process, fd)
+        return process
+
+    def _posix_spawn(
+        self,
+        path: str,
+        args: list[str],
+        env: Mapping[str, str],
+        cwd: str,
+        stdout: int,
+        stderr: int,
+    ) -> int:
+        actions = [
+            (os.POSIX_SPAWN_DUP2, self._devnull, 0),
+            (os.POSIX_SPAWN_DUP2, stdout, 1),
+            (os.POSIX_SPAWN_DUP2, stderr, 2),
+        ]
+        os.chdir(cwd)
+        try:
+            return os.posix_spawn(
+                path,
+                args,
+                env,
+                file_actions=actions,
+                setsid=True,
+                setsigmask=(),
+                setsigdef=_DEFAULT_SIGNALS,
+            )
+        finally:
+            os.fchdir(self._home)
+
+    def _popen(
+        self,
+        path: str,
+        args: list[str],
+        env: Mapping[str, str],
+        cwd: str,
+        stdout: int,
+        stderr: int,
+        run_as: RunAs,
+    ) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            args,
+            executable=path,
+            stdin=self._devnull,
+            stdout=stdout,
+            stderr=stderr,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,
+            close_fds=True,
+            user=run_as.uid,
+            group=run_as.gid,
+            extra_groups=list(run_as.groups),
+        )
+
+    def _abandon(self, process: TaskProcess) -> None:
+        """SIGKILL and reap a process we cannot watch (e.g. no descriptor left for its pidfd)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(process.pid, 0)
+        if process.popen is not None:
+            process.popen.returncode = -signal.SIGKILL
+        for stream in process.streams.values():
+            os.close(stream.pipe)
+        for fd in {s.file for s in process.streams.values()}:
+            os.close(fd)
+        process.streams.clear()
+
+    # ------------------------------------------------------------------ signals
+
+    def kill(self, task_id: TaskID, grace: float) -> bool:
+        """SIGTERM the task's process group, SIGKILL it after ``grace`` seconds.
+
+        False when there is no such live process, or it has exited already. A second kill only
+        ever brings the SIGKILL forward.
+        """
+        process = self._live.get(task_id)
+        if process is None or process.reaped:
+            return False
+        grace = max(0.0, grace)
+        now = self._loop.time()
+        if process.killed:
+            if process.sigkill_at is not None and now + grace < process.sigkill_at:
+                self._schedule_sigkill(process, grace, now)
+            return True
+        process.killed = True
+        self._signal(process, signal.SIGTERM)
+        self._signal(process, signal.SIGCONT)  # a stopped process must see its SIGTERM
+        self._schedule_sigkill(process, grace, now)
+        return True
+
+    def kill_all(self, grace: float) -> None:
+        for task_id in list(self._live):
+            self.kill(task_id, grace)
+
+    async def wait_idle(self) -> None:
+        """Return once every process has been reported through ``on_exit``."""
+        await self._idle.wait()
+
+    def _schedule_sigkill(self, process: TaskProcess, grace: float, now: float) -> None:
+        if process.sigkill is not None:
+            process.sigkill.cancel()
+        if grace <= 0:
+            process.sigkill = None
+            process.sigkill_at = now
+            self._signal(process, signal.SIGKILL)
+            return
+        process.sigkill_at = now + grace
+        process.sigkill = self._loop.call_at(process.sigkill_at, self._sigkill, process)
+
+    def _sigkill(self, process: TaskProcess) -> None:
+        process.sigkill = None
+        if not process.reaped:
+            log.info("task_sigkill", task_id=process.task_id, pid=process.pid)
+            self._signal(process, signal.SIGKILL)
+
+    @staticmethod
+    def _signal(process: TaskProcess, signum: int) -> None:
+        if process.reaped:
+            return  # its pid (and group id) may belong to someone else by now
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signum)
+
+    # ------------------------------------------------------------------ exits and output
+
+    def _exited(self, process: TaskProcess) -> None:
+        self._loop.remove_reader(process.pidfd)
+        os.close(process.pidfd)
+        process.pidfd = -1
+        # The leader is a zombie until reaped, so its group id is still ours: clear the group.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        try:
+            _, status = os.waitpid(process.pid, 0)
+            process.returncode = os.waitstatus_to_exitcode(status)
+        except ChildProcessError:  # reaped by someone else: the status is lost
+            log.warning("task_status_lost", task_id=process.task_id, pid=process.pid)
+        process.reaped = True
+        if process.popen is not None:
+            process.popen.returncode = -1 if process.returncode is None else process.returncode
+        if process.sigkill is not None:
+            process.sigkill.cancel()
+            process.sigkill = None
+        if process.streams:
+            process.drain = self._loop.call_later(self._drain_timeout, self._drain, process)
+        else:
+            self._finish(process)
+
+    def _readable(self, process: TaskProcess, fd: int) -> None:
+        stream = process.streams.get(fd)
+        if stream is None:
+            return
+        try:
+            chunk = os.read(fd, MAX_OUTPUT_CHUNK)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            log.warning("task_output_read_failed", task_id=process.task_id, error=str(exc))
+            chunk = b""
+        if chunk:
+            self._deliver(process, stream, chunk)
+            return
+        self._close_stream(process, stream)
+        if not process.streams and process.reaped:
+            self._finish(process)
+
+    def _drain(self, process: TaskProcess) -> None:
+        """The process is gone but something still holds its pipes: take what is there, stop."""
+        process.drain = None
+        for stream in list(process.streams.values()):
+            for _ in range(_DRAIN_READS_MAX):
+                try:
+                    chunk = os.read(stream.pipe, MAX_OUTPUT_CHUNK)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                self._deliver(process, stream, chunk)
+            self._close_stream(process, stream)
+        log.warning("task_output_abandoned", task_id=process.task_id)
+        self._finish(process)
+
+    def _deliver(self, process: TaskProcess, stream: _Stream, chunk: bytes) -> None:
+        view = memoryview(chunk)
+        try:
+            while view:
+                view = view[os.write(stream.file, view) :]
+        except OSError as exc:
+            log.warning("task_output_write_failed", task_id=process.task_id, error=str(exc))
+        try:
+            self._on_output(process, stream.name, chunk)
+        except Exception:
+            log.exception("task_output_callback_failed", task_id=process.task_id)
+
+    def _close_stream(self, process: TaskProcess, stream: _Stream) -> None:
+        self._loop.remove_reader(stream.pipe)
+        os.close(stream.pipe)
+        os.close(stream.file)
+        del process.streams[stream.pipe]
+
+    def _finish(self, process: TaskProcess) -> None:
+        if self._live.get(process.task_id) is process:
+            del self._live[process.task_id]
+        if not self._live:
+            self._idle.set()
+        try:
+            self._on_exit(process)
+        except Exception:
+            log.exception("task_exit_callback_failed", task_id=process.task_id)
+
+    # ------------------------------------------------------------------ teardown
+
+    def close(self) -> None:
+        """SIGKILL every live process group and reap it (no ``on_exit``); release descriptors."""
+        if self._closed:
+            return
+        self._closed = True
+        for process in list(self._live.values()):
+            if process.drain is not None:
+                process.drain.cancel()
+            if process.sigkill is not None:
+                process.sigkill.cancel()
+            for fd in process.streams:
+                self._loop.remove_reader(fd)
+            if process.pidfd >= 0:
+                self._loop.remove_reader(process.pidfd)
+                os.close(process.pidfd)
+            if not process.reaped:
+                self._abandon(process)
+            else:
+                for stream in list(process.streams.values()):
+                    self._close_stream(process, stream)
+        self._live.clear()
+        self._idle.set()
+        os.close(self._devnull)
+        os.close(self._home)
+
+
+def _which(program: str, search_path: str, cwd: str) -> str:
+    """``program`` resolved like execvp would, through the task's own PATH."""
+    if "/" in program:
+        return program if os.path.isabs(program) else os.path.join(cwd, program)
+    for directory in search_path.split(os.pathsep):
+        candidate = os.path.join(directory or ".", program)
+        if not os.path.isabs(candidate):
+            candidate = os.path.join(cwd, candidate)
+        if os.access(candidate, os.X_OK) and os.path.isfile(candidate):
+            return candidate
+    raise FileNotFoundError(2, f"{program!r} not found in PATH", program)
