@@ -1,1 +1,71 @@
-"""Agora's public contract: resources, messages and codec, transport, drivers, CLI."""
+"""Agora's public contract: resources, messages and codec, transport, drivers, CLI.
+
+The names below are imported lazily (on first use), so ``import agora.sdk`` stays cheap for
+code that only needs one sub-module.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agora.sdk.messages import (
+        Filters,
+        FrameworkInfo,
+        Offer,
+        TaskState,
+        TaskStatus,
+        is_terminal,
+    )
+    from agora.sdk.resources import Resources
+    from agora.sdk.scheduler import (
+        BlockingSchedulerDriver,
+        DriverError,
+        Scheduler,
+        SchedulerDriver,
+        TaskSpec,
+    )
+
+_LAZY: dict[str, str] = {
+    "Scheduler": "agora.sdk.scheduler",
+    "SchedulerDriver": "agora.sdk.scheduler",
+    "BlockingSchedulerDriver": "agora.sdk.scheduler",
+    "DriverError": "agora.sdk.scheduler",
+    "TaskSpec": "agora.sdk.scheduler",
+    "FrameworkInfo": "agora.sdk.messages",
+    "TaskState": "agora.sdk.messages",
+    "TaskStatus": "agora.sdk.messages",
+    "Offer": "agora.sdk.messages",
+    "Filters": "agora.sdk.messages",
+    "is_terminal": "agora.sdk.messages",
+    "Resources": "agora.sdk.resources",
+}
+
+__all__ = [
+    "BlockingSchedulerDriver",
+    "DriverError",
+    "Filters",
+    "FrameworkInfo",
+    "Offer",
+    "Resources",
+    "Scheduler",
+    "SchedulerDriver",
+    "TaskSpec",
+    "TaskState",
+    "TaskStatus",
+    "is_terminal",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'agora.sdk' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

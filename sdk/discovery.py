@@ -1,0 +1,45 @@
+"""Where the master is: one rule shared by the CLI, the SDK drivers and the operator client."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Final
+
+__all__ = ["DEFAULT_MASTER", "agora_home", "master_address"]
+
+DEFAULT_MASTER: Final = "tcp://127.0.0.1:5050"
+
+
+def agora_home(environ: Mapping[str, str] | None = None) -> Path:
+    """``$AGORA_HOME``, or ``~/.agora`` (where ``agora local`` records its master's address)."""
+    env = os.environ if environ is None else environ
+    home = env.get("AGORA_HOME", "").strip()
+    return Path(home).expanduser() if home else Path.home() / ".agora"
+
+
+def master_address(explicit: str | None = None, *, environ: Mapping[str, str] | None = None) -> str:
+    """The master endpoint to use.
+
+    In order: ``explicit`` (a flag), ``$AGORA_MASTER``, the first line of ``$AGORA_HOME/master``
+    (written by ``agora local``), else ``tcp://127.0.0.1:5050``. Empty values are skipped. A bare
+    ``host:port`` becomes ``tcp://host:port``.
+    """
+    env = os.environ if environ is None else environ
+    for candidate in (explicit, env.get("AGORA_MASTER")):
+        if candidate is not None and candidate.strip():
+            return _normalize(candidate)
+    try:
+        text = (agora_home(env) / "master").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        text = ""
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    if first.strip():
+        return _normalize(first)
+    return DEFAULT_MASTER
+
+
+def _normalize(address: str) -> str:
+    address = address.strip()
+    return address if "://" in address else f"tcp://{address}"
