@@ -1,0 +1,330 @@
+"""The master daemon's options, and how they become a ``MasterConfig`` plus daemon settings.
+
+Every option is a flag (``--allocation-interval 0.5``), an environment variable
+(``AGORA_ALLOCATION_INTERVAL=0.5``) and a key of the TOML file named by ``--config`` /
+``AGORA_CONFIG`` (``allocation_interval = 0.5``), in that order of precedence
+(see :mod:`agora.sdk.settings`).
+
+Role options:
+
+- ``--roles batch,mpi`` — the roles frameworks may subscribe with (empty: any valid role).
+- ``--weights batch=2,mpi=1`` — DRF weights (> 0; default 1).
+- ``--quota "batch:cpus:4;mem:1024"`` — a role's quota guarantee: the role name, a colon, then
+  scalar resources in the usual text form (``;`` between resources). Several roles in one value
+  are separated by ``,``: ``--quota "batch:cpus:4;mem:1024, mpi:cpus:8"``.
+  In TOML, a list of such strings also works (``quota = ["batch:cpus:4", "mpi:cpus:8"]``), and
+  so does a table (``[quota]`` then ``batch = "cpus:4;mem:1024"``): ``role=resources`` is
+  accepted as well as ``role:resources``.
+- ``--quota-limit "batch:cpus:16"`` — the same syntax, for quota limits (caps). A role with a
+  limit and no guarantee gets an empty guarantee.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from agora.master.allocator import Allocator, AllocatorError
+from agora.master.core import MasterConfig
+from agora.sdk.logs import LOG_FORMATS, LOG_LEVELS
+from agora.sdk.resources import ResourceError, Resources
+from agora.sdk.settings import Option, load, parse_duration, parse_optional_float
+
+__all__ = [
+    "OPTIONS",
+    "ConfigError",
+    "DaemonSettings",
+    "load_settings",
+    "parse_quotas",
+    "parse_roles",
+    "parse_weights",
+    "settings_from",
+]
+
+PROG = "agora-master"
+DESCRIPTION = "The Agora master: pools agents' resources and offers them to frameworks."
+
+
+class ConfigError(ValueError):
+    """Options that are fine one by one but not together (e.g. a CURVE secret without clients)."""
+
+
+# ---- value parsers: text (flags, environment, TOML values as text) -> value ----------------
+
+
+def positive_seconds(text: str) -> float:
+    """A duration > 0: seconds, or with a unit (``250ms``, ``5s``, ``2m``, ``1h``)."""
+    out: float = parse_duration(text)
+    if out <= 0:
+        raise ValueError("expected a duration > 0")
+    return out
+
+
+def optional_seconds(text: str) -> float | None:
+    """``none`` (or empty) for no timeout, else a duration > 0."""
+    out: float | None = parse_optional_float(text)
+    if out is not None and out <= 0:
+        raise ValueError("expected a duration > 0, or none")
+    return out
+
+
+def positive_int(text: str) -> int:
+    try:
+        out = int(text.strip())
+    except ValueError:
+        raise ValueError("expected a whole number") from None
+    if out < 1:
+        raise ValueError("expected a whole number >= 1")
+    return out
+
+
+def _optional_path(text: str) -> Path | None:
+    text = text.strip()
+    return Path(text).expanduser() if text else None
+
+
+def _path(text: str) -> Path:
+    text = text.strip()
+    if not text:
+        raise ValueError("expected a path")
+    return Path(text).expanduser()
+
+
+def _bind(text: str) -> str:
+    text = text.strip()
+    if not re.fullmatch(r"(tcp|ipc|inproc)://\S+", text):
+        raise ValueError("expected a ZeroMQ endpoint like tcp://127.0.0.1:5050")
+    return text
+
+
+def _choice(choices: Sequence[str]) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        value = text.strip().lower()
+        if value not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}")
+        return value
+
+    return parse
+
+
+def _role(text: str) -> str:
+    role = text.strip()
+    # The resources parser owns the rules for role names; reuse them rather than copy them.
+    try:
+        Resources.parse(f"cpus({role}):1")
+    except ResourceError:
+        raise ValueError(f"bad role name {text!r}") from None
+    return role
+
+
+def _items(text: str, separators: str = r"[,\s]+") -> list[str]:
+    """Entries of a list option, separated by ``,`` or whitespace (a TOML list arrives joined)."""
+    return [item.strip() for item in re.split(separators, text) if item.strip()]
+
+
+def parse_roles(text: str) -> frozenset[str]:
+    """``"batch,mpi"`` -> ``frozenset({"batch", "mpi"})``; empty -> any role."""
+    return frozenset(_role(item) for item in _items(text))
+
+
+def parse_weights(text: str) -> dict[str, float]:
+    """``"batch=2,mpi=1"`` (or a TOML table ``{batch = 2}``) -> ``{"batch": 2.0, "mpi": 1.0}``."""
+    out: dict[str, float] = {}
+    for item in _items(text):
+        role, sep, weight = item.partition("=")
+        if not sep:
+            raise ValueError(f"expected role=weight, got {item!r}")
+        name = _role(role)
+        try:
+            w = float(weight)
+        except ValueError:
+            raise ValueError(f"weight of {name!r} is not a number: {weight!r}") from None
+        if not (math.isfinite(w) and w > 0):
+            raise ValueError(f"weight of {name!r} must be finite and > 0, got {weight!r}")
+        if name in out:
+            raise ValueError(f"role {name!r} has two weights")
+        out[name] = w
+    return out
+
+
+def parse_quotas(text: str) -> dict[str, Resources]:
+    """``"batch:cpus:4;mem:1024, mpi:cpus:8"`` -> ``{"batch": cpus:4;mem:1024, "mpi": cpus:8}``.
+
+    Only scalar resources make sense in a quota; roles inside the resources are ignored by the
+    allocator (quota counts quantities).
+    """
+    out: dict[str, Resources] = {}
+    for item in _items(text, ","):  # resources text may contain spaces
+        cut = min((i for i in (item.find(":"), item.find("=")) if i >= 0), default=-1)
+        role, sep, spec = (item[:cut], item[cut], item[cut + 1 :]) if cut >= 0 else (item, "", "")
+        if not sep or not spec.strip():
+            raise ValueError(f"expected role:resources (e.g. batch:cpus:4;mem:1024), got {item!r}")
+        name = _role(role)
+        try:
+            res = Resources.parse(spec)
+        except ResourceError as exc:
+            raise ValueError(f"quota of {name!r}: {exc}") from None
+        if name in out:
+            raise ValueError(f"role {name!r} appears twice")
+        out[name] = res
+    return out
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("bind", _bind, "tcp://127.0.0.1:5050", "endpoint to bind (port 0 or * = ephemeral)"),
+    Option("work_dir", _path, Path("/tmp/agora/master"), "the master's own directory (created)"),
+    Option(
+        "endpoint_file",
+        _optional_path,
+        None,
+        "write the actual bound endpoint to this file once bound (atomically)",
+    ),
+    Option("allocation_interval", positive_seconds, 1.0, "seconds between batch allocations"),
+    Option(
+        "offer_timeout",
+        optional_seconds,
+        None,
+        "rescind outstanding offers after this many seconds ('none': keep them)",
+    ),
+    Option("agent_ping_interval", positive_seconds, 15.0, "seconds between PINGs to agents"),
+    Option(
+        "max_agent_ping_timeouts",
+        positive_int,
+        5,
+        "unanswered PINGs before an agent is marked unreachable",
+    ),
+    Option("heartbeat_interval", positive_seconds, 15.0, "seconds between framework HEARTBEATs"),
+    Option(
+        "peer_timeout",
+        positive_seconds,
+        45.0,
+        "a client silent this long is treated as disconnected",
+    ),
+    Option("roles", parse_roles, frozenset(), "roles frameworks may use, e.g. a,b (empty: any)"),
+    Option("weights", parse_weights, {}, "role weights, e.g. a=2,b=1"),
+    Option(
+        "quota",
+        parse_quotas,
+        {},
+        "quota guarantees: role:resources, roles joined by ',' ('a:cpus:4;mem:1024,b:cpus:2')",
+    ),
+    Option("quota_limit", parse_quotas, {}, "quota limits, same syntax as --quota"),
+    Option("log_format", _choice(LOG_FORMATS), "console", "log format: console or json"),
+    Option("log_level", _choice(LOG_LEVELS), "info", "log level: debug, info, warning, error"),
+    Option(
+        "curve_secret_key",
+        _optional_path,
+        None,
+        "the master's CURVE secret key file (pyzmq certificate); turns CURVE on",
+    ),
+    Option(
+        "curve_authorized_keys",
+        _optional_path,
+        None,
+        "directory of admitted clients' public keys (<principal>.key)",
+    ),
+    Option(
+        "acl",
+        _optional_path,
+        None,
+        "ACL TOML file (agents, operators, [roles]) by CURVE principal; without CURVE every "
+        "client is anonymous and matches only '*' entries",
+    ),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonSettings:
+    """Everything the daemon needs: the core's config plus the shell's own settings."""
+
+    master: MasterConfig
+    bind: str
+    work_dir: Path
+    endpoint_file: Path | None
+    peer_timeout: float
+    log_format: str
+    log_level: str
+    curve_secret_key: Path | None
+    curve_authorized_keys: Path | None
+    acl: Path | None
+
+    @property
+    def curve(self) -> bool:
+        return self.curve_secret_key is not None
+
+    @property
+    def tick_interval(self) -> float:
+        """How often the daemon calls ``Master.tick``."""
+        return min(0.1, float(self.master.allocation_interval))
+
+
+def settings_from(values: Mapping[str, Any]) -> DaemonSettings:
+    """Build the settings from loaded option values; raises :class:`ConfigError`."""
+    guarantees: dict[str, Resources] = values["quota"]
+    limits: dict[str, Resources] = values["quota_limit"]
+    quotas = {
+        role: (guarantees.get(role, Resources()), limits.get(role))
+        for role in sorted(guarantees.keys() | limits.keys())
+    }
+    master = replace(
+        MasterConfig(),
+        allocation_interval=values["allocation_interval"],
+        offer_timeout=values["offer_timeout"],
+        heartbeat_interval=values["heartbeat_interval"],
+        agent_ping_interval=values["agent_ping_interval"],
+        max_agent_ping_timeouts=values["max_agent_ping_timeouts"],
+        roles=values["roles"],
+        weights=dict(values["weights"]),
+        quotas=quotas,
+    )
+    _check_roles(master)
+    secret: Path | None = values["curve_secret_key"]
+    authorized: Path | None = values["curve_authorized_keys"]
+    acl: Path | None = values["acl"]
+    if (secret is None) != (authorized is None):
+        raise ConfigError("--curve-secret-key and --curve-authorized-keys go together")
+    return DaemonSettings(
+        master=master,
+        bind=values["bind"],
+        work_dir=values["work_dir"],
+        endpoint_file=values["endpoint_file"],
+        peer_timeout=values["peer_timeout"],
+        log_format=values["log_format"],
+        log_level=values["log_level"],
+        curve_secret_key=secret,
+        curve_authorized_keys=authorized,
+        acl=acl,
+    )
+
+
+def _check_roles(cfg: MasterConfig) -> None:
+    """Weights and quotas go through the allocator's own validation, on a throwaway one."""
+    if cfg.roles:
+        unknown = sorted((cfg.weights.keys() | cfg.quotas.keys()) - cfg.roles)
+        if unknown:
+            raise ConfigError(f"weights/quota name roles not in --roles: {', '.join(unknown)}")
+    probe = Allocator(cfg.allocator)
+    try:
+        for role, weight in cfg.weights.items():
+            probe.set_weight(role, weight)
+        for role, (guarantee, limit) in cfg.quotas.items():
+            probe.set_quota(role, guarantee, limit)
+    except AllocatorError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def load_settings(
+    argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
+) -> DaemonSettings:
+    """Flags > ``AGORA_*`` environment > TOML file > defaults. Bad input: ``SystemExit(2)``."""
+    values = load(PROG, DESCRIPTION, OPTIONS, argv=argv, env=env)
+    try:
+        return settings_from(values)
+    except ConfigError as exc:
+        sys.stderr.write(f"{PROG}: error: {exc}\n")
+        raise SystemExit(2) from None
