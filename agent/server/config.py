@@ -1,0 +1,233 @@
+"""The agent daemon's options, and how their values become an AgentConfig plus daemon settings."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from agora.agent.core import AgentConfig
+from agora.agent.server.resources import host_resources, parse_attributes
+from agora.sdk.logs import LOG_FORMATS, LOG_LEVELS
+from agora.sdk.settings import Option, parse_bool, parse_duration
+
+__all__ = [
+    "DESCRIPTION",
+    "OPTIONS",
+    "PROG",
+    "ConfigError",
+    "DaemonSettings",
+    "build",
+    "option_env_names",
+]
+
+PROG = "agora-agent"
+DESCRIPTION = (
+    "The Agora agent: offers this host's resources to a master and runs the executors and tasks "
+    "it is given."
+)
+
+
+class ConfigError(ValueError):
+    """Option values that do not fit together (a bad --resources, half a CURVE key pair...)."""
+
+
+def _choice(choices: tuple[str, ...]) -> Any:
+    def parse(text: str) -> str:
+        value = text.strip().lower()
+        if value not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}")
+        return value
+
+    return parse
+
+
+def _positive_duration(text: str) -> float:
+    value = parse_duration(text)
+    if value <= 0:
+        raise ValueError("expected a duration > 0")
+    return value
+
+
+def _endpoint(text: str) -> str:
+    value = text.strip()
+    if "://" not in value:
+        raise ValueError("expected a ZeroMQ endpoint such as tcp://127.0.0.1:5050")
+    return value
+
+
+def _text(text: str) -> str:
+    return text.strip()
+
+
+def _path(text: str) -> str:
+    value = text.strip()
+    if not value:
+        raise ValueError("expected a path")
+    return os.path.expanduser(value)
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("master", _endpoint, "tcp://127.0.0.1:5050", "master endpoint"),
+    Option("work_dir", _path, "/tmp/agora/agent", "directory of the executor and task sandboxes"),
+    Option(
+        "resources",
+        _text,
+        None,
+        "resources to offer, e.g. 'cpus:4;mem:4096;ports:[31000-32000]'; every name given "
+        "replaces the detected value (cpus, mem, disk, ports are detected)",
+    ),
+    Option("attributes", _text, "", "attributes of this agent, e.g. 'rack:a;zone:w'"),
+    Option("hostname", _text, None, "host name to report (None: this host's name)"),
+    Option(
+        "executor_bind",
+        _endpoint,
+        "tcp://127.0.0.1:0",
+        "endpoint executors connect to (port 0: any free port)",
+    ),
+    Option(
+        "master_timeout",
+        _positive_duration,
+        75.0,
+        "re-register when the master has not pinged this long",
+    ),
+    Option(
+        "registration_backoff",
+        _positive_duration,
+        1.0,
+        "first retry delay of (re-)registration; doubles up to --registration-backoff-max",
+    ),
+    Option(
+        "registration_backoff_max",
+        _positive_duration,
+        10.0,
+        "longest retry delay of (re-)registration",
+    ),
+    Option(
+        "status_update_retry",
+        _positive_duration,
+        1.0,
+        "first resend delay of an unacknowledged status update; doubles up to the max",
+    ),
+    Option(
+        "status_update_retry_max",
+        _positive_duration,
+        60.0,
+        "longest resend delay of an unacknowledged status update",
+    ),
+    Option(
+        "executor_registration_timeout",
+        _positive_duration,
+        60.0,
+        "an executor that has not registered this long after its launch is killed",
+    ),
+    Option(
+        "executor_shutdown_grace_period",
+        parse_duration,
+        5.0,
+        "time an executor gets to exit after SIGTERM before SIGKILL",
+    ),
+    Option(
+        "command_executor_idle_timeout",
+        parse_duration,
+        10.0,
+        "the built-in command executor of a framework is shut down after this long without tasks",
+    ),
+    Option(
+        "recovery_timeout",
+        parse_duration,
+        900.0,
+        "how long executors wait for a lost agent before killing their tasks "
+        "(AGORA_RECOVERY_TIMEOUT of executors)",
+    ),
+    Option(
+        "switch_user",
+        parse_bool,
+        True,
+        "run executors as the task's user (needs root; a user other than the agent's fails "
+        "the launch without root)",
+        flag=True,
+    ),
+    Option("log_format", _choice(LOG_FORMATS), "console", "log format: console or json"),
+    Option("log_level", _choice(LOG_LEVELS), "info", "log level: debug, info, warning, error"),
+    Option(
+        "curve_secret_key",
+        _path,
+        None,
+        "this agent's CURVE secret key file (with --curve-server-key: encrypt the master link)",
+    ),
+    Option("curve_server_key", _path, None, "the master's CURVE public key file"),
+)
+
+
+def option_env_names() -> frozenset[str]:
+    """The environment variables that configure the agent (not passed on to executors)."""
+    return frozenset({opt.env for opt in OPTIONS} | {"AGORA_CONFIG"})
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonSettings:
+    """What the daemon needs besides the core's AgentConfig."""
+
+    master: str
+    work_dir: str
+    executor_bind: str
+    recovery_timeout: float
+    switch_user: bool
+    log_format: str
+    log_level: str
+    curve_secret_key: str | None = None
+    curve_server_key: str | None = None
+
+
+def build(values: Mapping[str, Any]) -> tuple[AgentConfig, DaemonSettings]:
+    """The core's config and the daemon's settings from ``load``'s values; raises ConfigError."""
+    work_dir = os.path.abspath(values["work_dir"])
+    try:
+        resources = host_resources(work_dir, values["resources"])
+    except ValueError as exc:
+        raise ConfigError(f"--resources: {exc}") from None
+    try:
+        attributes = parse_attributes(values["attributes"])
+    except ValueError as exc:
+        raise ConfigError(f"--attributes: {exc}") from None
+    hostname = values["hostname"] or socket.gethostname()
+    if len(hostname) > 255:
+        raise ConfigError("--hostname: at most 255 characters")
+    secret, server = values["curve_secret_key"], values["curve_server_key"]
+    if (secret is None) != (server is None):
+        raise ConfigError("--curve-secret-key and --curve-server-key go together")
+    for name, path in (("--curve-secret-key", secret), ("--curve-server-key", server)):
+        if path is not None and not os.path.isfile(path):
+            raise ConfigError(f"{name}: no such file {path}")
+    if values["registration_backoff_max"] < values["registration_backoff"]:
+        raise ConfigError("--registration-backoff-max must be >= --registration-backoff")
+    if values["status_update_retry_max"] < values["status_update_retry"]:
+        raise ConfigError("--status-update-retry-max must be >= --status-update-retry")
+    config = AgentConfig(
+        hostname=hostname,
+        resources=resources,
+        attributes=attributes,
+        registration_backoff=values["registration_backoff"],
+        registration_backoff_max=values["registration_backoff_max"],
+        master_timeout=values["master_timeout"],
+        status_update_retry=values["status_update_retry"],
+        status_update_retry_max=values["status_update_retry_max"],
+        executor_registration_timeout=values["executor_registration_timeout"],
+        executor_shutdown_grace_period=values["executor_shutdown_grace_period"],
+        command_executor_idle_timeout=values["command_executor_idle_timeout"],
+    )
+    settings = DaemonSettings(
+        master=values["master"],
+        work_dir=work_dir,
+        executor_bind=values["executor_bind"],
+        recovery_timeout=values["recovery_timeout"],
+        switch_user=bool(values["switch_user"]),
+        log_format=values["log_format"],
+        log_level=values["log_level"],
+        curve_secret_key=secret,
+        curve_server_key=server,
+    )
+    return config, settings

@@ -1,0 +1,416 @@
+"""The agent daemon: the master link, the executor socket and the processes, around the core.
+
+One asyncio loop. Frames from the master (a DEALER to ``--master``) and from executors (a ROUTER on
+``--executor-bind``) go to the pure :class:`agora.agent.core.Agent` as they arrive, a burst at a
+time (``recv_nowait``); the actions it returns are performed at once: messages are queued on one
+ordered outbox that a single sender task drains, launches and signals happen in place. The core
+ticks every 0.1 s. Bad frames are logged and dropped; nothing a peer sends stops the daemon.
+
+SIGTERM/SIGINT (or SHUTDOWN_AGENT from the master): every executor gets SIGTERM, then SIGKILL after
+the executor shutdown grace period, what they leave behind is killed, the status updates that
+produced are flushed, the master is told UNREGISTER_AGENT, and :meth:`AgentDaemon.run` returns 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
+from typing import Final
+
+import structlog
+import zmq
+from agora.agent.core import (
+    Agent,
+    AgentConfig,
+    LaunchExecutor,
+    SignalExecutor,
+    Terminate,
+    ToExecutor,
+    ToMaster,
+)
+from agora.agent.server.config import DaemonSettings, option_env_names
+from agora.agent.server.processes import (
+    ExecutorProcesses,
+    LaunchError,
+    executor_argv,
+    executor_environment,
+    resolve_sandbox,
+)
+from agora.sdk.ids import AgentID, ExecutorID, FrameworkID
+from agora.sdk.messages import Error, Message, UnregisterAgent
+from agora.sdk.transport import CurveClient, Received, TransportClosed, ZmqClient, ZmqServer
+
+__all__ = ["TICK_INTERVAL", "AgentDaemon", "advertised_endpoint"]
+
+log = structlog.get_logger(__name__)
+
+TICK_INTERVAL: Final = 0.1
+_BURST: Final = 512  # frames handled per turn before yielding to the other tasks
+_FLUSH_TIMEOUT: Final = 2.0  # at shutdown, how long queued messages may take to go out
+_SETTLE: Final = 0.1  # seconds, see _shutdown
+_ANY_HOSTS: Final = ("0.0.0.0", "*", "[::]", "::")
+
+
+def advertised_endpoint(bound: str) -> str:
+    """The endpoint executors connect to: a wildcard bind is reached through loopback."""
+    scheme, sep, rest = bound.partition("://")
+    if not sep or scheme != "tcp":
+        return bound
+    host, colon, port = rest.rpartition(":")
+    if colon and host in _ANY_HOSTS:
+        return f"tcp://127.0.0.1:{port}"
+    return bound
+
+
+def _port_of(endpoint: str) -> int:
+    _, _, port = endpoint.rpartition(":")
+    return int(port) if port.isdigit() and int(port) <= 65_535 else 0
+
+
+class AgentDaemon:
+    """One agent: run it with ``await AgentDaemon(config, settings).run()``."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        settings: DaemonSettings,
+        *,
+        curve: CurveClient | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self._config = config
+        self._settings = settings
+        self._curve = curve
+        self._environ = dict(os.environ if environ is None else environ)
+        self._core = Agent(config)  # replaced in run() once the executor port is known
+        self._work_dir = settings.work_dir
+        self._outbox: deque[tuple[str | None, Message]] = deque()  # (None = master | peer, msg)
+        self._outbox_ready = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._stop_reason = ""
+        self._stopping = False
+        self._terminated_by_master = False
+        self._exit_code = 0
+        self._client: ZmqClient | None = None
+        self._server: ZmqServer | None = None
+        self._processes: ExecutorProcesses | None = None
+        self._endpoint = ""
+        self._drop_env = option_env_names()
+        self.bad_frames = 0
+
+    @property
+    def core(self) -> Agent:
+        return self._core
+
+    @property
+    def executor_endpoint(self) -> str:
+        return self._endpoint
+
+    # ---- life cycle ------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        """Serve until SIGTERM/SIGINT or SHUTDOWN_AGENT; returns the exit status (0)."""
+        loop = asyncio.get_running_loop()
+        os.makedirs(self._work_dir, exist_ok=True)
+        self._work_dir = os.path.realpath(self._work_dir)
+        self._processes = ExecutorProcesses(
+            loop, self._work_dir, self._executor_exited, switch_user=self._settings.switch_user
+        )
+        try:
+            self._server = ZmqServer.bind(self._settings.executor_bind)
+        except zmq.ZMQError as exc:
+            log.error("executor_bind_failed", endpoint=self._settings.executor_bind, error=str(exc))
+            return 1
+        self._endpoint = advertised_endpoint(self._server.endpoint)
+        self._config = replace(self._config, port=_port_of(self._endpoint))
+        self._core = Agent(self._config)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._signalled, sig.name)
+        tasks: list[asyncio.Task[None]] = []
+        try:
+            try:
+                self._client = ZmqClient.connect(
+                    self._settings.master,
+                    curve=self._curve,
+                    on_connected=self._master_connected,
+                    on_disconnected=self._master_disconnected,
+                )
+            except zmq.ZMQError as exc:
+                log.error("master_connect_failed", master=self._settings.master, error=str(exc))
+                return 1
+            log.info(
+                "agent_started",
+                master=self._settings.master,
+                executor_endpoint=self._endpoint,
+                work_dir=self._work_dir,
+                hostname=self._config.hostname,
+                resources=self._config.resources.to_text(),
+                subreaper=self._processes.subreaper,
+                pid=os.getpid(),
+            )
+            tasks = [
+                loop.create_task(self._serve_master(), name="agent-master"),
+                loop.create_task(self._serve_executors(), name="agent-executors"),
+                loop.create_task(self._ticker(), name="agent-tick"),
+                loop.create_task(self._sender(), name="agent-send"),
+            ]
+            for task in tasks:
+                task.add_done_callback(self._task_done)
+            await self._stop.wait()
+            log.info("agent_stopping", reason=self._stop_reason)
+            await self._shutdown()
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(BaseException):
+                    await task
+            if self._processes is not None:
+                self._processes.close()
+            if self._client is not None:
+                self._client.close()
+            if self._server is not None:
+                self._server.close()
+        log.info("agent_stopped", reason=self._stop_reason, status=self._exit_code)
+        return self._exit_code
+
+    def _signalled(self, name: str) -> None:
+        if self._stop.is_set() and self._processes is not None:
+            # A second signal while stopping: no more grace.
+            log.warning("agent_stop_hastened", signal=name)
+            self._processes.kill_all()
+        self.request_stop(f"signal {name}")
+
+    def request_stop(self, reason: str) -> None:
+        if not self._stop.is_set():
+            self._stop_reason = reason
+            self._stop.set()
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None and not isinstance(exc, TransportClosed):
+            log.error("agent_task_crashed", task=task.get_name(), error=repr(exc))
+            self._exit_code = 1
+            self.request_stop(f"internal error in {task.get_name()}")
+
+    async def _shutdown(self) -> None:
+        assert self._processes is not None
+        self._stopping = True
+        grace = self._config.executor_shutdown_grace_period
+        # Executors keep talking while they wind down: their final updates reach the master.
+        await self._processes.terminate_all(grace)
+        agent_id = self._agent_id()
+        if agent_id is not None and not self._terminated_by_master:
+            self._outbox.append((None, UnregisterAgent(agent_id=agent_id)))
+            self._outbox_ready.set()
+        deadline = time.monotonic() + _FLUSH_TIMEOUT
+        while self._outbox and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        if self._client is not None and self._client.connected:
+            # The sockets close without linger: give ZeroMQ's I/O thread a moment to write.
+            await asyncio.sleep(_SETTLE)
+
+    def _agent_id(self) -> AgentID | None:
+        return self._core.agent_id if self._core.registered else None
+
+    # ---- inputs ----------------------------------------------------------------------------
+
+    async def _serve_master(self) -> None:
+        assert self._client is not None
+        client = self._client
+        while True:
+            self._from_master(await client.recv())
+            n = 1
+            while n < _BURST:
+                received = client.recv_nowait()
+                if received is None:
+                    break
+                self._from_master(received)
+                n += 1
+            await asyncio.sleep(0)
+
+    async def _serve_executors(self) -> None:
+        assert self._server is not None
+        server = self._server
+        while True:
+            self._from_executor(await server.recv())
+            n = 1
+            while n < _BURST:
+                received = server.recv_nowait()
+                if received is None:
+                    break
+                self._from_executor(received)
+                n += 1
+            await asyncio.sleep(0)
+
+    async def _ticker(self) -> None:
+        assert self._processes is not None
+        processes = self._processes
+        loop = asyncio.get_running_loop()
+        next_tick = loop.time()
+        while True:
+            next_tick += TICK_INTERVAL
+            delay = next_tick - loop.time()
+            if delay < 0:  # fell behind (a stall): do not try to catch up tick by tick
+                next_tick = loop.time()
+                delay = 0
+            await asyncio.sleep(delay)
+            try:
+                processes.sweep()
+            except Exception:
+                log.exception("reap_failed")
+            self._call("tick", self._core.tick, time.time())
+
+    def _from_master(self, received: Received) -> None:
+        message = received.message
+        if message is None:
+            self.bad_frames += 1
+            log.warning("bad_frame_from_master", error=str(received.error))
+            return
+        if isinstance(message, Error):
+            log.warning("master_error", code=message.code.value, message=message.message)
+        self._call("from_master", self._core.from_master, message, received.epoch, time.time())
+
+    def _from_executor(self, received: Received) -> None:
+        message = received.message
+        if message is None:
+            self.bad_frames += 1
+            log.warning("bad_frame_from_executor", peer=received.peer, error=str(received.error))
+            return
+        self._call("from_executor", self._core.from_executor, received.peer, message, time.time())
+
+    def _master_connected(self) -> None:
+        log.info("master_connected", master=self._settings.master)
+        self._call("connected", self._core.connected, time.time())
+
+    def _master_disconnected(self) -> None:
+        log.warning("master_disconnected", master=self._settings.master)
+        self._call("disconnected", self._core.disconnected, time.time())
+
+    def _executor_exited(
+        self, framework_id: FrameworkID, executor_id: ExecutorID, status: int
+    ) -> None:
+        self._call(
+            "executor_exited",
+            self._core.executor_exited,
+            framework_id,
+            executor_id,
+            status,
+            time.time(),
+        )
+
+    def _call(self, what: str, fn: Callable[..., Iterable[object]], *args: object) -> None:
+        """Feed the core; a failure there is logged and dropped, never fatal."""
+        try:
+            actions = fn(*args)
+        except Exception:
+            log.exception("core_failed", stimulus=what)
+            return
+        self._perform(actions)
+
+    # ---- actions ---------------------------------------------------------------------------
+
+    def _perform(self, actions: Iterable[object]) -> None:
+        failed: list[tuple[FrameworkID, ExecutorID, str]] = []
+        queued = False
+        for action in actions:
+            if isinstance(action, ToMaster):
+                self._outbox.append((None, action.message))
+                queued = True
+            elif isinstance(action, ToExecutor):
+                self._outbox.append((action.peer, action.message))
+                queued = True
+            elif isinstance(action, LaunchExecutor):
+                error = self._launch(action)
+                if error is not None:
+                    failed.append((action.framework_id, action.executor_id, error))
+            elif isinstance(action, SignalExecutor):
+                assert self._processes is not None
+                try:
+                    self._processes.signal(action.framework_id, action.executor_id, action.kill)
+                except OSError as exc:
+                    log.warning("executor_signal_failed", error=str(exc))
+            elif isinstance(action, Terminate):
+                log.warning("agent_terminated_by_master", reason=action.reason)
+                self._terminated_by_master = True
+                self.request_stop(f"master: {action.reason}")
+            else:
+                log.error("unknown_action", action=repr(action))
+        if queued:
+            self._outbox_ready.set()
+        # Reported after this batch, so that what the core said first also goes out first.
+        for fid, eid, error in failed:
+            self._call(
+                "executor_launch_failed",
+                self._core.executor_launch_failed,
+                fid,
+                eid,
+                error,
+                time.time(),
+            )
+
+    def _launch(self, action: LaunchExecutor) -> str | None:
+        """Start the executor; None when it is running, else why it could not start."""
+        assert self._processes is not None
+        fid, eid = action.framework_id, action.executor_id
+        try:
+            if self._stopping:
+                raise LaunchError("the agent is shutting down")
+            sandbox = resolve_sandbox(self._work_dir, action.sandbox)
+            argv = executor_argv(action.info, action.builtin)
+            env = executor_environment(
+                self._environ,
+                drop=self._drop_env,
+                info=action.info,
+                given=self._executor_defaults(fid, eid) | dict(action.environment),
+                required={"AGORA_AGENT_ENDPOINT": self._endpoint, "AGORA_SANDBOX": sandbox},
+            )
+            self._processes.launch(fid, eid, argv, sandbox, env, action.user)
+        except LaunchError as exc:
+            log.warning("executor_launch_failed", framework_id=fid, executor_id=eid, error=str(exc))
+            return str(exc)
+        except Exception as exc:  # the core must hear about every launch, whatever happened
+            log.exception("executor_launch_crashed", framework_id=fid, executor_id=eid)
+            return f"internal error: {exc!r}"
+        return None
+
+    def _executor_defaults(self, fid: FrameworkID, eid: ExecutorID) -> dict[str, str]:
+        env = {
+            "AGORA_FRAMEWORK_ID": str(fid),
+            "AGORA_EXECUTOR_ID": str(eid),
+            "AGORA_SHUTDOWN_GRACE_PERIOD": repr(self._config.executor_shutdown_grace_period),
+            "AGORA_RECOVERY_TIMEOUT": repr(self._settings.recovery_timeout),
+        }
+        agent_id = self._core.agent_id
+        if agent_id is not None:
+            env["AGORA_AGENT_ID"] = str(agent_id)
+        return env
+
+    async def _sender(self) -> None:
+        """Send the outbox in order: the single writer of both sockets."""
+        assert self._client is not None and self._server is not None
+        client, server, outbox, ready = self._client, self._server, self._outbox, self._outbox_ready
+        while True:
+            await ready.wait()
+            ready.clear()
+            while outbox:
+                peer, message = outbox.popleft()
+                try:
+                    if peer is None:
+                        await client.send(message)
+                    elif not await server.send(peer, message):
+                        log.info("executor_unreachable", peer=peer, message=message.NAME)
+                except TransportClosed:
+                    return
+                except Exception:
+                    log.exception("send_failed", peer=peer, message=type(message).__name__)
