@@ -1,0 +1,308 @@
+"""The child processes of ``agora local``: one master and N agents, started and stopped whole.
+
+Each daemon runs as ``python -m agora.master.server`` / ``python -m agora.agent.server`` in a
+session of its own (so a Ctrl-C in the terminal reaches only ``agora local``, which then stops
+them in order: agents first, so that they stop their executors and tasks, then the master). Each
+child's stdout and stderr go to ``<work dir>/logs/<name>.log``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+from agora.sdk.cli.common import ask_master
+
+__all__ = ["ClusterError", "LocalCluster", "Stopped", "leftover_pids", "or_stop"]
+
+T = TypeVar("T")
+
+_POLL = 0.05  # seconds between looks at a file or the master's state while starting
+_AGENT_GRACE = 15.0  # an agent stops its executors (and their tasks) before it exits
+_MASTER_GRACE = 5.0
+_SWEEP_GRACE = 3.0
+
+
+class ClusterError(Exception):
+    """The cluster could not start, or a daemon failed."""
+
+
+class Stopped(Exception):
+    """A stop was requested (signal) while waiting for something."""
+
+
+async def or_stop(aw: Awaitable[T], stop: asyncio.Event) -> T:
+    """``aw``'s result, or :class:`Stopped` as soon as ``stop`` is set (``aw`` is cancelled)."""
+    goal = asyncio.ensure_future(aw)
+    stopper = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({goal, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        if goal.done():
+            return goal.result()
+        raise Stopped
+    finally:
+        for fut in (goal, stopper):
+            if not fut.done():
+                fut.cancel()
+        await asyncio.gather(goal, stopper, return_exceptions=True)
+
+
+@dataclass
+class Child:
+    name: str
+    argv: list[str]
+    log: Path
+    proc: asyncio.subprocess.Process | None = None
+    waiter: asyncio.Task[int] | None = field(default=None, repr=False)
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
+    def describe_exit(self) -> str:
+        code = None if self.proc is None else self.proc.returncode
+        if code is not None and code < 0:
+            how = f"was killed by signal {-code}"
+        else:
+            how = f"exited with status {code}"
+        return f"{self.name} {how} (log: {self.log})"
+
+
+class LocalCluster:
+    """A master and ``agents`` agents under ``work_dir``, all on 127.0.0.1 with free ports."""
+
+    def __init__(
+        self,
+        work_dir: Path,
+        agents: int,
+        *,
+        agent_resources: str | None = None,
+        log_level: str = "info",
+        python: str = sys.executable,
+    ) -> None:
+        self.work_dir = work_dir
+        self.logs = work_dir / "logs"
+        self.endpoint_file = work_dir / "master.endpoint"
+        self.endpoint: str | None = None
+        self.python = python
+        self.log_level = log_level
+        self.agent_resources = agent_resources
+        self.agent_names = [f"agent-{i}" for i in range(1, agents + 1)]
+        self.children: list[Child] = []
+
+    # ---------------------------------------------------------------- start
+
+    async def start(self, timeout: float, stop: asyncio.Event) -> str:
+        """Start everything; the master's endpoint once every agent has registered.
+
+        Raises ClusterError when a daemon dies or the deadline passes, Stopped on ``stop``.
+        """
+        try:
+            self.logs.mkdir(parents=True, exist_ok=True)
+            self.endpoint_file.unlink(missing_ok=True)
+        except OSError as exc:
+            raise ClusterError(f"cannot use the work dir {self.work_dir}: {exc}") from None
+        try:
+            async with asyncio.timeout(timeout):
+                master = await self._spawn("master", self._master_argv())
+                endpoint = await or_stop(self._read_endpoint(master), stop)
+                self.endpoint = endpoint
+                for name in self.agent_names:
+                    await self._spawn(name, self._agent_argv(name, endpoint))
+                await or_stop(self._registered(endpoint), stop)
+        except TimeoutError:
+            raise ClusterError(
+                f"the cluster did not come up within {timeout:g}s (logs in {self.logs})"
+            ) from None
+        return endpoint
+
+    def _master_argv(self) -> list[str]:
+        return [
+            *(self.python, "-m", "agora.master.server"),
+            *("--bind", "tcp://127.0.0.1:0"),
+            *("--endpoint-file", str(self.endpoint_file)),
+            *("--work-dir", str(self.work_dir / "master")),
+            *("--log-level", self.log_level),
+        ]
+
+    def _agent_argv(self, name: str, endpoint: str) -> list[str]:
+        argv = [
+            *(self.python, "-m", "agora.agent.server"),
+            *("--master", endpoint),
+            *("--work-dir", str(self.work_dir / name)),
+            *("--hostname", name),
+            *("--executor-bind", "tcp://127.0.0.1:0"),
+            *("--log-level", self.log_level),
+        ]
+        if self.agent_resources:
+            argv += ["--resources", self.agent_resources]
+        return argv
+
+    async def _spawn(self, name: str, argv: list[str]) -> Child:
+        child = Child(name, argv, self.logs / f"{name}.log")
+        try:
+            with open(child.log, "ab") as log:
+                child.proc = await asyncio.create_subprocess_exec(
+                    *argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+        except OSError as exc:
+            raise ClusterError(f"cannot start {name}: {exc}") from None
+        child.waiter = asyncio.ensure_future(child.proc.wait())
+        self.children.append(child)
+        return child
+
+    async def _read_endpoint(self, master: Child) -> str:
+        while True:
+            self._check_alive()
+            with contextlib.suppress(OSError):
+                text = self.endpoint_file.read_text(encoding="utf-8").strip()
+                if text:
+                    return text
+            await asyncio.sleep(_POLL)
+
+    async def _registered(self, endpoint: str) -> None:
+        wanted = set(self.agent_names)
+        while True:
+            self._check_alive()
+            with contextlib.suppress(Exception):  # the master may not answer yet
+                reply = await ask_master(endpoint, 1.0, lambda c: c.get_state(timeout=1.0))
+                active = {a.hostname for a in reply.agents if a.status == "ACTIVE"}
+                if wanted <= active:
+                    return
+            await asyncio.sleep(_POLL)
+
+    def _check_alive(self) -> None:
+        for child in self.children:
+            if not child.running:
+                raise ClusterError(child.describe_exit() + _tail(child.log))
+
+    # ---------------------------------------------------------------- run
+
+    async def wait_for_exit(self) -> Child:
+        """The first child to exit (which, while the cluster runs, is a failure)."""
+        waiters = {c.waiter: c for c in self.children if c.waiter is not None}
+        done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        return waiters[next(iter(done))]
+
+    # ---------------------------------------------------------------- stop
+
+    async def stop(self, hurry: asyncio.Event) -> list[str]:
+        """Stop every child (agents, then the master) and anything left of their executors.
+
+        SIGTERM, then SIGKILL to the child's process group after its grace period, or at once
+        when ``hurry`` is set. Returns what had to be killed, for the record.
+        """
+        forced: list[str] = []
+        agents = [c for c in self.children if c.name != "master"]
+        masters = [c for c in self.children if c.name == "master"]
+        for group, grace in ((agents, _AGENT_GRACE), (masters, _MASTER_GRACE)):
+            results = await asyncio.gather(*(_stop_child(c, grace, hurry) for c in group))
+            forced += [c.name for c, killed in zip(group, results, strict=True) if killed]
+        swept = await sweep(self.work_dir)
+        forced += [f"pid {pid}" for pid in swept]
+        return forced
+
+
+async def _stop_child(child: Child, grace: float, hurry: asyncio.Event) -> bool:
+    """Stop one child; True when it had to be killed."""
+    proc = child.proc
+    if proc is None or child.waiter is None:
+        return False
+    if proc.returncode is None:
+        _signal_group(proc.pid, signal.SIGTERM)
+    try:
+        async with asyncio.timeout(grace):
+            await or_stop(asyncio.shield(child.waiter), hurry)
+        killed = False
+    except (TimeoutError, Stopped):
+        killed = True
+    if proc.returncode is None:  # not reaped yet, so its pid (= its group id) is still its own
+        _signal_group(proc.pid, signal.SIGKILL)
+    await child.waiter
+    return killed
+
+
+def _signal_group(pgid: int, signo: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signo)
+
+
+def leftover_pids(work_dir: Path) -> list[int]:
+    """Our processes (executors, tasks, their children) whose AGORA_SANDBOX is under work_dir.
+
+    The agent gives every executor AGORA_SANDBOX, and the command executor gives it to every task
+    (inherited by their children), so this finds what a killed agent left behind, and nothing of
+    anyone else's. Linux only (reads /proc); elsewhere it finds nothing.
+    """
+    root = os.path.realpath(work_dir)
+    me, uid = os.getpid(), os.getuid()
+    found: list[int] = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid != uid:
+                continue
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        for item in env:
+            if item.startswith(b"AGORA_SANDBOX="):
+                sandbox = os.path.realpath(os.fsdecode(item[len(b"AGORA_SANDBOX=") :]))
+                if sandbox == root or sandbox.startswith(root + os.sep):
+                    found.append(int(entry))
+                break
+    return found
+
+
+async def sweep(work_dir: Path) -> list[int]:
+    """SIGTERM, then SIGKILL, whatever :func:`leftover_pids` finds; the pids it found."""
+    pids = leftover_pids(work_dir)
+    if not pids:
+        return []
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGTERM)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + _SWEEP_GRACE
+    while loop.time() < deadline and any(_alive(p) for p in pids):
+        await asyncio.sleep(_POLL)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    return pids
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != b"Z"
+
+
+def _tail(log: Path, lines: int = 15) -> str:
+    try:
+        text = log.read_text(encoding="utf-8", errors="replace").rstrip().splitlines()[-lines:]
+    except OSError:
+        return ""
+    return ("\n--- last lines of its log ---\n" + "\n".join(text)) if text else ""

@@ -1,0 +1,168 @@
+"""``agora local``: a whole cluster on this machine (one master, N agents) until Ctrl-C.
+
+It prints the master's address on stdout (one line, nothing else) and records it in
+``$AGORA_HOME/master`` so that the other commands find it; progress and the log locations go to
+stderr. On Ctrl-C, SIGTERM or SIGHUP it stops every daemon (a second signal: kill at once),
+sweeps up whatever executor or task a daemon left behind, and removes the address file. A daemon
+that dies on its own is reported and ``agora local`` exits 1 after stopping the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from agora.sdk.cli.cluster import ClusterError, LocalCluster, Stopped, or_stop
+from agora.sdk.cli.common import CliError, positive_float
+from agora.sdk.discovery import agora_home
+from agora.sdk.logs import LOG_LEVELS
+from rich.console import Console
+from rich.markup import escape
+
+__all__ = ["add_parser", "cmd_local", "remove_address", "write_address"]
+
+_DESCRIPTION = """\
+Run one master and N agents on 127.0.0.1 (free ports) as child processes until Ctrl-C.
+
+Prints the master's address on stdout and records it in $AGORA_HOME/master (default
+~/.agora/master) so that agora run/state/tasks/kill find it. The daemons' logs go to
+DIR/logs/master.log and DIR/logs/agent-<i>.log, their state to DIR/master and DIR/agent-<i>.
+Ctrl-C, SIGTERM or SIGHUP stops them all (a second signal kills at once) and removes the address
+file. If a daemon dies on its own, the rest are stopped and agora local exits 1.
+"""
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    local = sub.add_parser(
+        "local",
+        help="run a master and agents on this machine until Ctrl-C",
+        description=_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    local.add_argument(
+        "--agents", type=_count, default=2, metavar="N", help="number of agents (default 2)"
+    )
+    local.add_argument(
+        "--work-dir",
+        type=Path,
+        metavar="DIR",
+        help="where the daemons keep their state and logs (default: a fresh temporary dir)",
+    )
+    local.add_argument(
+        "--agent-resources",
+        metavar="TEXT",
+        help="each agent's resources, e.g. 'cpus:4;mem:4096' (default: detected from the host)",
+    )
+    local.add_argument(
+        "--log-level", choices=LOG_LEVELS, default="info", help="the daemons' log level"
+    )
+    local.add_argument(
+        "--timeout",
+        type=positive_float,
+        default=30.0,
+        metavar="S",
+        help="give up when the cluster is not up within S seconds (default 30)",
+    )
+    local.set_defaults(func=cmd_local)
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not 1 <= value <= 64:
+        raise argparse.ArgumentTypeError("expected 1 to 64 agents")
+    return value
+
+
+def cmd_local(args: argparse.Namespace) -> int:
+    try:
+        work_dir: Path = args.work_dir or Path(tempfile.mkdtemp(prefix="agora-local-"))
+        work_dir = work_dir.expanduser().resolve()
+        work_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CliError(f"cannot use the work dir: {exc}") from None
+    cluster = LocalCluster(
+        work_dir, args.agents, agent_resources=args.agent_resources, log_level=args.log_level
+    )
+    return asyncio.run(
+        serve(cluster, args.timeout, Console(stderr=True, soft_wrap=True, highlight=False))
+    )
+
+
+async def serve(cluster: LocalCluster, timeout: float, console: Console) -> int:
+    """Start ``cluster``, announce it, run until a signal or a daemon's death, stop it."""
+    stop, hurry = asyncio.Event(), asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        if stop.is_set():
+            hurry.set()
+        stop.set()
+
+    for signo in _SIGNALS:
+        loop.add_signal_handler(signo, on_signal)
+    address_file: Path | None = None
+    code = 0
+    try:
+        n = len(cluster.agent_names)
+        console.print(f"agora local: starting a master and {n} agent{'s' if n > 1 else ''}")
+        console.print(escape(f"  work dir {cluster.work_dir}; logs in {cluster.logs}/"))
+        endpoint = await cluster.start(timeout, stop)
+        try:
+            address_file = write_address(endpoint)
+            where = f"address in {escape(str(address_file))}"
+        except OSError as exc:
+            where = escape(f"could not record the address: {exc}")
+        print(endpoint, flush=True)
+        console.print(
+            f"agora local: master [bold]{endpoint}[/bold] with agents "
+            f"{', '.join(cluster.agent_names)}; {where}. Ctrl-C stops."
+        )
+        dead = await or_stop(cluster.wait_for_exit(), stop)
+        console.print(f"[red]agora local: {escape(dead.describe_exit())}[/red]")
+        code = 1
+    except Stopped:
+        console.print("agora local: stopping")
+    except ClusterError as exc:
+        console.print(f"[red]agora local: {escape(str(exc))}[/red]")
+        code = 1
+    finally:
+        forced = await cluster.stop(hurry)
+        if forced:
+            console.print(f"agora local: had to kill {', '.join(forced)}")
+        if address_file is not None:
+            remove_address(address_file, cluster.endpoint or "")
+        for signo in _SIGNALS:
+            loop.remove_signal_handler(signo)
+    console.print("agora local: stopped")
+    return code
+
+
+def write_address(endpoint: str, environ: Mapping[str, str] | None = None) -> Path:
+    """Record ``endpoint`` in ``$AGORA_HOME/master`` (atomically); the file's path."""
+    home = agora_home(environ)
+    home.mkdir(parents=True, exist_ok=True)
+    path = home / "master"
+    with tempfile.NamedTemporaryFile(
+        "w", dir=home, prefix=".master.", delete=False, encoding="utf-8"
+    ) as tmp:
+        tmp.write(endpoint + "\n")
+    os.replace(tmp.name, path)
+    return path
+
+
+def remove_address(path: Path, endpoint: str) -> None:
+    """Remove ``path`` unless another ``agora local`` has since written its own address."""
+    with contextlib.suppress(OSError):
+        if path.read_text(encoding="utf-8").strip() == endpoint:
+            path.unlink()

@@ -1,0 +1,59 @@
+"""``agora``: argument parsing and dispatch to the subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from agora.sdk.cli import kill, local, run, show
+from agora.sdk.cli.common import CliError
+from agora.sdk.logs import configure_logging
+
+__all__ = ["build_parser", "main"]
+
+_EPILOG = """\
+The master is found from --master, else $AGORA_MASTER, else $AGORA_HOME/master (written by
+`agora local`; AGORA_HOME defaults to ~/.agora), else tcp://127.0.0.1:5050.
+
+examples:
+  agora local --agents 3                 # a cluster on this machine, until Ctrl-C
+  agora run -- echo hello                # one task; its output here; its exit code
+  agora run --cpus 1 --mem 256 -- sh -c 'make -j4 && ./test'
+  agora tasks --all                      # live and finished tasks
+  agora state --json | jq '.agents[].hostname'
+  agora kill agora-run-1a2b3c4d
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agora",
+        description="Agora: a resource-offer cluster manager in the model of Apache Mesos.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    local.add_parser(sub)
+    run.add_parser(sub)
+    show.add_parsers(sub)
+    kill.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``agora`` console script; the process's exit status."""
+    args = build_parser().parse_args(argv)
+    # The SDK's drivers log through structlog: keep that on stderr, and quiet.
+    configure_logging("console", "warning")
+    try:
+        code: int = args.func(args)
+    except CliError as exc:
+        print(f"agora {args.command}: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        print(f"agora {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `agora tasks | head`
+        return 0
+    return code

@@ -1,0 +1,253 @@
+"""``agora state``, ``agora agents``, ``agora tasks``: the master's state as tables or JSON."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import dataclasses
+import enum
+import json
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from agora.sdk.cli.common import add_master_options, call_master, resolve_master
+from agora.sdk.messages import (
+    AgentSummary,
+    FrameworkSummary,
+    Record,
+    StateReply,
+    TaskState,
+    TaskSummary,
+    is_terminal,
+)
+from agora.sdk.resources import Resources
+from rich.console import Console
+from rich.table import Table
+
+__all__ = [
+    "add_parsers",
+    "agents_json",
+    "live_tasks",
+    "state_json",
+    "tasks_json",
+    "to_json",
+]
+
+#: States shown by ``agora tasks`` without ``--all``: everything but the finished ones.
+_DONE_STATES = frozenset({TaskState.LOST, TaskState.GONE_BY_OPERATOR, TaskState.UNKNOWN})
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    state = sub.add_parser("state", help="the master's whole state: agents, frameworks, tasks")
+    _common(state)
+    state.set_defaults(func=cmd_state)
+
+    agents = sub.add_parser("agents", help="the agents registered with the master")
+    _common(agents)
+    agents.set_defaults(func=cmd_agents)
+
+    tasks = sub.add_parser("tasks", help="tasks the master knows (live ones unless --all)")
+    _common(tasks)
+    tasks.add_argument("--all", action="store_true", help="include finished tasks")
+    tasks.set_defaults(func=cmd_tasks)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    add_master_options(parser)
+
+
+# ---------------------------------------------------------------- JSON
+
+
+def to_json(value: Any) -> Any:
+    """A JSON-ready copy of a wire value: records as objects, enums as names, Resources as dicts."""
+    if isinstance(value, Resources):
+        return value.to_dict()
+    if isinstance(value, enum.Enum):
+        return value.name
+    if isinstance(value, Record) and dataclasses.is_dataclass(value):
+        return {f.name: to_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, Mapping):
+        return {str(k): to_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | frozenset | set):
+        return [to_json(v) for v in value]
+    return value
+
+
+def state_json(reply: StateReply) -> dict[str, Any]:
+    out: dict[str, Any] = to_json(reply)
+    return out
+
+
+def agents_json(reply: StateReply) -> list[Any]:
+    return [to_json(a) for a in reply.agents]
+
+
+def tasks_json(reply: StateReply, *, include_done: bool) -> list[Any]:
+    tasks = reply.tasks if include_done else live_tasks(reply.tasks)
+    return [to_json(t) for t in tasks]
+
+
+def live_tasks(tasks: Iterable[TaskSummary]) -> list[TaskSummary]:
+    return [t for t in tasks if not is_terminal(t.state) and t.state not in _DONE_STATES]
+
+
+def _dump(value: Any) -> None:
+    print(json.dumps(value, indent=2, sort_keys=False))
+
+
+# ---------------------------------------------------------------- commands
+
+
+def _fetch(args: argparse.Namespace) -> StateReply:
+    timeout: float = args.timeout
+    return call_master(resolve_master(args), timeout, lambda c: c.get_state(timeout=timeout))
+
+
+def cmd_state(args: argparse.Namespace) -> int:
+    reply = _fetch(args)
+    if args.json:
+        _dump(state_json(reply))
+        return 0
+    console = _console()
+    info = reply.master_info
+    console.print(
+        f"[bold]master[/bold] {info.master_id}  address {info.address}  epoch {info.epoch}"
+    )
+    console.print(agents_table(reply.agents))
+    console.print(frameworks_table(reply.frameworks))
+    console.print(
+        tasks_table(reply.tasks, title="Tasks (live, then completed)", agents=reply.agents)
+    )
+    return 0
+
+
+def cmd_agents(args: argparse.Namespace) -> int:
+    reply = _fetch(args)
+    if args.json:
+        _dump(agents_json(reply))
+    else:
+        _console().print(agents_table(reply.agents))
+    return 0
+
+
+def cmd_tasks(args: argparse.Namespace) -> int:
+    reply = _fetch(args)
+    if args.json:
+        _dump(tasks_json(reply, include_done=args.all))
+        return 0
+    tasks = reply.tasks if args.all else live_tasks(reply.tasks)
+    title = "Tasks" if args.all else "Live tasks (--all shows finished ones too)"
+    _console().print(tasks_table(tasks, title=title, agents=reply.agents))
+    return 0
+
+
+# ---------------------------------------------------------------- tables
+
+
+def agents_table(agents: Sequence[AgentSummary]) -> Table:
+    table = Table(title=f"Agents ({len(agents)})", title_justify="left")
+    table.add_column("ID", no_wrap=True)
+    for name in ("HOSTNAME", "PORT", "STATUS", "RESOURCES", "ALLOCATED", "ATTRIBUTES"):
+        table.add_column(name, overflow="fold")
+    for a in agents:
+        attrs = ";".join(f"{k}:{v}" for k, v in sorted(a.attributes.items()))
+        status = a.status if a.status == "ACTIVE" else f"[yellow]{a.status}[/yellow]"
+        table.add_row(
+            str(a.agent_id),
+            a.hostname,
+            str(a.port),
+            status,
+            a.resources.to_text(),
+            a.allocated.to_text(),
+            attrs,
+        )
+    return table
+
+
+def frameworks_table(frameworks: Sequence[FrameworkSummary]) -> Table:
+    table = Table(title=f"Frameworks ({len(frameworks)})", title_justify="left")
+    table.add_column("ID", no_wrap=True)
+    for name in ("NAME", "ROLES", "ACTIVE", "CONNECTED", "USER", "PRINCIPAL"):
+        table.add_column(name, overflow="fold")
+    for f in frameworks:
+        table.add_row(
+            str(f.framework_id),
+            f.name,
+            ",".join(f.roles),
+            _yes(f.active),
+            _yes(f.connected),
+            f.user,
+            f.principal or "",
+        )
+    return table
+
+
+def tasks_table(
+    tasks: Sequence[TaskSummary],
+    *,
+    title: str = "Tasks",
+    agents: Sequence[AgentSummary] = (),
+) -> Table:
+    """One row per task; ``agents`` (when given) name each task's host."""
+    hosts = {a.agent_id: a.hostname for a in agents}
+    table = Table(title=f"{title} ({len(tasks)})", title_justify="left")
+    table.add_column("ID", no_wrap=True)
+    for name in ("NAME", "STATE", "EXIT", "REASON", "HOST", "FRAMEWORK", "RESOURCES"):
+        table.add_column(name, overflow="fold")
+    table.add_column("UPDATED", no_wrap=True)
+    table.add_column("MESSAGE", overflow="fold")
+    for t in tasks:
+        table.add_row(
+            str(t.task_id),
+            t.name,
+            _state(t.state),
+            "" if t.exit_code is None else str(t.exit_code),
+            t.reason.name if t.reason is not None else "",
+            hosts.get(t.agent_id, str(t.agent_id)),
+            str(t.framework_id),
+            t.resources.to_text(),
+            _when(t.timestamp),
+            t.message,
+        )
+    return table
+
+
+def _console() -> Console:
+    """A console for tables: the terminal's width, or room for whole rows when piped."""
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=240)
+    return console
+
+
+_STATE_STYLE = {
+    TaskState.RUNNING: "green",
+    TaskState.FINISHED: "blue",
+    TaskState.FAILED: "red",
+    TaskState.ERROR: "red",
+    TaskState.LOST: "red",
+    TaskState.KILLED: "yellow",
+    TaskState.KILLING: "yellow",
+}
+
+
+def _state(state: TaskState) -> str:
+    style = _STATE_STYLE.get(state)
+    return f"[{style}]{state.name}[/{style}]" if style else state.name
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def _when(timestamp: float) -> str:
+    if timestamp <= 0:
+        return ""
+    return time.strftime("%H:%M:%S", time.localtime(timestamp))
