@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint typecheck bench clean
+.PHONY: test demo lint typecheck bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,10 @@ test: $(STAMP)
 	$(MAKE) --no-print-directory typecheck
 	$(BIN)/pytest
 
+# A local cluster (1 master, 2 agents) runs the quickstart framework's 20 tasks, then stops.
+demo: $(STAMP)
+	$(BIN)/python examples/demo.py
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
@@ -26,11 +30,12 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	mkdir -p build/typing/agora
 	for pkg in sdk master agent frameworks; do ln -sfn ../../../$$pkg build/typing/agora/$$pkg; done
-	MYPYPATH=build/typing $(BIN)/mypy -p agora.sdk -p agora.master
+	MYPYPATH=build/typing $(BIN)/mypy -p agora.sdk -p agora.master -p agora.agent
 
 # Benchmarks print JSON lines; run by hand, never asserted in CI.
 bench: $(STAMP)
 	$(BIN)/python tests/bench/allocator.py --agents 10000 --frameworks 1000
+	$(BIN)/python tests/bench/throughput.py --tasks 5000
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,176 @@
+"""End-to-end throughput and latency on a real local cluster (1 master, 2 agents as processes).
+
+Two phases, one framework on the asyncio SDK driver:
+
+1. throughput: N trivial ``true`` tasks launched as fast as offers allow (every task that fits an
+   offer goes into one ACCEPT, leftovers are re-offered at once), counted to TASK_FINISHED;
+2. latency: ``--latency-tasks`` tasks launched one at a time, each when the previous one is
+   RUNNING, so ACCEPT -> TASK_RUNNING is measured without a queue in front of it.
+
+Prints one JSON line: tasks, seconds (first ACCEPT to last TASK_FINISHED), tasks_per_s, and the
+ACCEPT -> TASK_RUNNING percentiles of phase 2 (``launch_to_running_*``) and of phase 1, where
+thousands of tasks queue behind each other (``loaded_launch_to_running_*``). Work dirs go on
+/dev/shm when it exists: file creation on this VM's disks is slow and erratic.
+
+    python tests/bench/throughput.py --tasks 5000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ for support.cluster
+
+from agora.sdk import (
+    Filters,
+    FrameworkInfo,
+    Offer,
+    Resources,
+    Scheduler,
+    SchedulerDriver,
+    TaskSpec,
+    TaskState,
+    TaskStatus,
+)
+from agora.sdk.logs import configure_logging
+from agora.sdk.messages import is_terminal
+from support.cluster import LocalCluster
+
+SHAPE = Resources.parse("cpus:0.01;mem:1")
+NO_FILTER = Filters(refuse_seconds=0)
+
+
+class Bench(Scheduler):
+    def __init__(self, throughput_tasks: int, latency_tasks: int) -> None:
+        self.n1, self.n2 = throughput_tasks, latency_tasks
+        self.launched = 0
+        self.phase = 1
+        self.waiting_for_running = False  # phase 2: one task in flight at a time
+        self.held: list[Offer] = []
+        self.launched_at: dict[str, float] = {}
+        self.loaded: list[float] = []
+        self.unloaded: list[float] = []
+        self.ended = {1: 0, 2: 0}
+        self.failed = 0
+        self.first_launch = 0.0
+        self.last_finish = 0.0
+        self.done = asyncio.Event()
+
+    # --- offers ---------------------------------------------------------------------------
+    def offers(self, driver: SchedulerDriver, offers: list[Offer]) -> None:
+        self.held.extend(offers)
+        self._launch(driver)
+
+    def offer_rescinded(self, driver: SchedulerDriver, offer_id: str) -> None:
+        self.held = [o for o in self.held if o.offer_id != offer_id]
+
+    def _launch(self, driver: SchedulerDriver) -> None:
+        if self.phase == 2 and self.waiting_for_running:
+            return
+        while self.held:
+            offer = self.held.pop(0)
+            specs: list[TaskSpec] = []
+            free = offer.resources
+            room = self.n1 - self.launched if self.phase == 1 else 1
+            if self.phase == 2 and self.launched >= self.n1 + self.n2:
+                room = 0
+            while len(specs) < room and free.fits(SHAPE):
+                specs.append(TaskSpec(f"p{self.phase}-{self.launched}", "true", SHAPE))
+                self.launched += 1
+                free = free - SHAPE
+            now = time.perf_counter()
+            if specs and not self.first_launch:
+                self.first_launch = now
+            for spec in specs:
+                self.launched_at[spec.name] = now
+            if not specs:
+                self.held.insert(0, offer)  # keep it for the next phase / next task
+                return
+            driver.launch(offer, specs, filters=NO_FILTER)
+            if self.phase == 2:
+                self.waiting_for_running = True
+                return
+
+    # --- updates --------------------------------------------------------------------------
+    def status_update(self, driver: SchedulerDriver, status: TaskStatus) -> None:
+        now = time.perf_counter()
+        tid = str(status.task_id)
+        phase = 1 if tid.startswith("p1-") else 2
+        if status.state is TaskState.RUNNING:
+            started = self.launched_at.pop(tid, None)
+            if started is not None:
+                (self.loaded if phase == 1 else self.unloaded).append(now - started)
+            if phase == 2:
+                self.waiting_for_running = False
+                self._launch(driver)
+            return
+        if not (is_terminal(status.state) or status.state is TaskState.LOST):
+            return
+        self.ended[phase] += 1
+        if status.state is not TaskState.FINISHED:
+            self.failed += 1
+            print(f"task {tid} ended {status.state.name}: {status.message}", file=sys.stderr)
+        if phase == 1 and self.ended[1] == self.n1:
+            self.last_finish = now
+            self.phase = 2
+            self._launch(driver)
+        if self.ended[1] == self.n1 and self.ended[2] == self.n2:
+            self.done.set()
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000.0, 2)
+
+
+async def _run(endpoint: str, bench: Bench, timeout: float) -> None:
+    driver = SchedulerDriver(bench, FrameworkInfo(name="throughput-bench"), endpoint)
+    runner = asyncio.create_task(driver.run())
+    try:
+        await asyncio.wait_for(bench.done.wait(), timeout)
+    finally:
+        driver.stop()
+        await asyncio.wait_for(runner, 10)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=1000)
+    parser.add_argument("--latency-tasks", type=int, default=200)
+    parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--agent-resources", default="cpus:64;mem:65536;disk:1024")
+    args = parser.parse_args()
+    configure_logging("console", "warning")
+    bench = Bench(args.tasks, args.latency_tasks)
+    base = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    with tempfile.TemporaryDirectory(prefix="agora-bench-", dir=base) as tmp:
+        cluster = LocalCluster(Path(tmp), agents=2, agent_resources=args.agent_resources)
+        with cluster:
+            asyncio.run(_run(cluster.endpoint, bench, args.timeout))
+    seconds = bench.last_finish - bench.first_launch
+    result = {
+        "tasks": args.tasks,
+        "seconds": round(seconds, 3),
+        "tasks_per_s": round(args.tasks / seconds, 1) if seconds > 0 else None,
+        "launch_to_running_p50_ms": _pct(bench.unloaded, 0.50),
+        "launch_to_running_p99_ms": _pct(bench.unloaded, 0.99),
+        "latency_tasks": args.latency_tasks,
+        "loaded_launch_to_running_p50_ms": _pct(bench.loaded, 0.50),
+        "loaded_launch_to_running_p99_ms": _pct(bench.loaded, 0.99),
+        "failed": bench.failed,
+    }
+    print(json.dumps(result))
+    return 0 if bench.failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""A real cluster for integration tests: one master and N agents as processes on 127.0.0.1.
+
+Every port is ephemeral (the master binds port 0 and writes the endpoint it got; agents bind their
+executor sockets likewise). ``stop`` ends every process the cluster started, executors included
+(their pids are in ``executor.pid`` files under the agents' work dirs), so a test leaves nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+from agora.sdk.messages import StateReply
+from agora.sdk.operator import OperatorClient
+
+T = TypeVar("T")
+
+#: Executors of a SIGKILLed agent give up on it this fast in tests.
+TEST_RECOVERY_TIMEOUT = "3"
+
+
+def wait_for(
+    predicate: Callable[[], T | None], timeout: float = 20.0, what: str = "condition"
+) -> T:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    delay = 0.01
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.2)
+
+
+@dataclass
+class LocalCluster:
+    work_dir: Path
+    agents: int = 2
+    agent_resources: str | None = "cpus:4;mem:4096;disk:4096"
+    master_args: Sequence[str] = ()
+    agent_args: Sequence[str] = ()
+    endpoint: str = ""
+    master: subprocess.Popen[bytes] | None = None
+    agent_procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    # --- lifecycle -----------------------------------------------------------------------
+    def start(self, timeout: float = 30.0) -> LocalCluster:
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        endpoint_file = self.work_dir / "master.endpoint"
+        self.master = self._spawn(
+            "master",
+            [
+                "-m",
+                "agora.master.server",
+                "--bind",
+                "tcp://127.0.0.1:0",
+                "--endpoint-file",
+                str(endpoint_file),
+                "--work-dir",
+                str(self.work_dir / "master"),
+                *self.master_args,
+            ],
+        )
+        self.endpoint = wait_for(
+            lambda: endpoint_file.exists() and endpoint_file.read_text().strip(),
+            timeout,
+            "the master's endpoint file",
+        )
+        for i in range(self.agents):
+            self.start_agent(i)
+        wait_for(
+            lambda: len(self.active_agents()) == self.agents, timeout, "agents to register"
+        )
+        return self
+
+    def start_agent(self, i: int) -> subprocess.Popen[bytes]:
+        args = [
+            "-m",
+            "agora.agent.server",
+            "--master",
+            self.endpoint,
+            "--work-dir",
+            str(self.work_dir / f"agent-{i}"),
+            "--hostname",
+            f"agent-{i}",
+            "--recovery-timeout",
+            TEST_RECOVERY_TIMEOUT,
+        ]
+        if self.agent_resources:
+            args += ["--resources", self.agent_resources]
+        proc = self._spawn(f"agent-{i}", [*args, *self.agent_args])
+        if i < len(self.agent_procs):
+            self.agent_procs[i] = proc
+        else:
+            self.agent_procs.append(proc)
+        return proc
+
+    def stop(self) -> None:
+        procs = [p for p in (*self.agent_procs, self.master) if p is not None]
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for proc in procs:
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+        self.kill_leftover_executors()
+
+    def kill_leftover_executors(self) -> list[int]:
+        """SIGKILL the process group of every executor still alive; returns their pids."""
+        alive = []
+        for pid_file in self.work_dir.glob("agent-*/**/executor.pid"):
+            try:
+                pid = int(pid_file.read_text().strip())
+            except (OSError, ValueError):
+                continue
+            try:
+                os.killpg(pid, signal.SIGKILL)
+                alive.append(pid)
+            except (ProcessLookupError, PermissionError):
+                pass
+        return alive
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- observation ---------------------------------------------------------------------
+    def state(self, timeout: float = 5.0) -> StateReply:
+        return OperatorClient(self.endpoint).get_state_sync(timeout=timeout)
+
+    def active_agents(self) -> list[str]:
+        try:
+            state = self.state(timeout=2.0)
+        except Exception:
+            return []
+        return [a.agent_id for a in state.agents if a.status == "ACTIVE"]
+
+    def log(self, name: str) -> str:
+        path = self.work_dir / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        log = open(self.work_dir / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it
+        env = dict(os.environ, AGORA_LOG_LEVEL=os.environ.get("AGORA_TEST_LOG_LEVEL", "info"))
+        try:
+            return subprocess.Popen(
+                [sys.executable, *args], stdout=log, stderr=subprocess.STDOUT, env=env
+            )
+        finally:
+            log.close()
