@@ -4,7 +4,7 @@ import sys
 
 from agora import sdk
 
-SHAPE = sdk.Resources.parse("cpus:0.1;mem:32")
+SHAPE = sdk.Resources.parse("cpus:0.25;mem:32")
 LIVE = {sdk.TaskState.STAGING, sdk.TaskState.STARTING, sdk.TaskState.RUNNING, sdk.TaskState.KILLING}
 
 
