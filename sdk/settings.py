@@ -11,13 +11,23 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-__all__ = ["Option", "load", "parse_bool", "parse_duration", "parse_optional_float"]
+__all__ = [
+    "Option",
+    "load",
+    "parse_bool",
+    "parse_choice",
+    "parse_duration",
+    "parse_endpoint",
+    "parse_optional_float",
+    "parse_positive_duration",
+]
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off", ""})
@@ -61,6 +71,33 @@ def parse_duration(text: str) -> float:
     if not value >= 0 or value == float("inf"):
         raise ValueError("expected a finite, non-negative duration")
     return value
+
+
+def parse_positive_duration(text: str) -> float:
+    value = parse_duration(text)
+    if value <= 0:
+        raise ValueError("expected a duration > 0")
+    return value
+
+
+def parse_endpoint(text: str) -> str:
+    """A ZeroMQ endpoint: ``tcp://host:port`` (port 0 or * binds a free one), ``ipc://``, ..."""
+    value = text.strip()
+    if not re.fullmatch(r"(tcp|ipc|inproc)://\S+", value):
+        raise ValueError("expected a ZeroMQ endpoint like tcp://127.0.0.1:5050")
+    return value
+
+
+def parse_choice(choices: Sequence[str]) -> Callable[[str], str]:
+    """A parser accepting one of ``choices`` (case-insensitive)."""
+
+    def parse(text: str) -> str:
+        value = text.strip().lower()
+        if value not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}")
+        return value
+
+    return parse
 
 
 def parse_optional_float(text: str) -> float | None:

@@ -11,7 +11,14 @@ from typing import Any
 from agora.agent.core import AgentConfig
 from agora.agent.server.resources import host_resources, parse_attributes
 from agora.sdk.logs import LOG_FORMATS, LOG_LEVELS
-from agora.sdk.settings import Option, parse_bool, parse_duration
+from agora.sdk.settings import (
+    Option,
+    parse_bool,
+    parse_choice,
+    parse_duration,
+    parse_endpoint,
+    parse_positive_duration,
+)
 
 __all__ = [
     "DESCRIPTION",
@@ -34,30 +41,6 @@ class ConfigError(ValueError):
     """Option values that do not fit together (a bad --resources, half a CURVE key pair...)."""
 
 
-def _choice(choices: tuple[str, ...]) -> Any:
-    def parse(text: str) -> str:
-        value = text.strip().lower()
-        if value not in choices:
-            raise ValueError(f"expected one of {', '.join(choices)}")
-        return value
-
-    return parse
-
-
-def _positive_duration(text: str) -> float:
-    value = parse_duration(text)
-    if value <= 0:
-        raise ValueError("expected a duration > 0")
-    return value
-
-
-def _endpoint(text: str) -> str:
-    value = text.strip()
-    if "://" not in value:
-        raise ValueError("expected a ZeroMQ endpoint such as tcp://127.0.0.1:5050")
-    return value
-
-
 def _text(text: str) -> str:
     return text.strip()
 
@@ -70,7 +53,7 @@ def _path(text: str) -> str:
 
 
 OPTIONS: tuple[Option, ...] = (
-    Option("master", _endpoint, "tcp://127.0.0.1:5050", "master endpoint"),
+    Option("master", parse_endpoint, "tcp://127.0.0.1:5050", "master endpoint"),
     Option("work_dir", _path, "/tmp/agora/agent", "directory of the executor and task sandboxes"),
     Option(
         "resources",
@@ -83,43 +66,43 @@ OPTIONS: tuple[Option, ...] = (
     Option("hostname", _text, None, "host name to report (None: this host's name)"),
     Option(
         "executor_bind",
-        _endpoint,
+        parse_endpoint,
         "tcp://127.0.0.1:0",
         "endpoint executors connect to (port 0: any free port)",
     ),
     Option(
         "master_timeout",
-        _positive_duration,
+        parse_positive_duration,
         75.0,
         "re-register when the master has not pinged this long",
     ),
     Option(
         "registration_backoff",
-        _positive_duration,
+        parse_positive_duration,
         1.0,
         "first retry delay of (re-)registration; doubles up to --registration-backoff-max",
     ),
     Option(
         "registration_backoff_max",
-        _positive_duration,
+        parse_positive_duration,
         10.0,
         "longest retry delay of (re-)registration",
     ),
     Option(
         "status_update_retry",
-        _positive_duration,
+        parse_positive_duration,
         1.0,
         "first resend delay of an unacknowledged status update; doubles up to the max",
     ),
     Option(
         "status_update_retry_max",
-        _positive_duration,
+        parse_positive_duration,
         60.0,
         "longest resend delay of an unacknowledged status update",
     ),
     Option(
         "executor_registration_timeout",
-        _positive_duration,
+        parse_positive_duration,
         60.0,
         "an executor that has not registered this long after its launch is killed",
     ),
@@ -150,8 +133,8 @@ OPTIONS: tuple[Option, ...] = (
         "the launch without root)",
         flag=True,
     ),
-    Option("log_format", _choice(LOG_FORMATS), "console", "log format: console or json"),
-    Option("log_level", _choice(LOG_LEVELS), "info", "log level: debug, info, warning, error"),
+    Option("log_format", parse_choice(LOG_FORMATS), "console", "log format: console or json"),
+    Option("log_level", parse_choice(LOG_LEVELS), "info", "log level: debug, info, warning, error"),
     Option(
         "curve_secret_key",
         _path,

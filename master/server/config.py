@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import re
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,14 @@ from agora.master.allocator import Allocator, AllocatorError
 from agora.master.core import MasterConfig
 from agora.sdk.logs import LOG_FORMATS, LOG_LEVELS
 from agora.sdk.resources import ResourceError, Resources
-from agora.sdk.settings import Option, load, parse_duration, parse_optional_float
+from agora.sdk.settings import (
+    Option,
+    load,
+    parse_choice,
+    parse_duration,
+    parse_endpoint,
+    parse_optional_float,
+)
 
 __all__ = [
     "OPTIONS",
@@ -93,23 +100,6 @@ def _path(text: str) -> Path:
     if not text:
         raise ValueError("expected a path")
     return Path(text).expanduser()
-
-
-def _bind(text: str) -> str:
-    text = text.strip()
-    if not re.fullmatch(r"(tcp|ipc|inproc)://\S+", text):
-        raise ValueError("expected a ZeroMQ endpoint like tcp://127.0.0.1:5050")
-    return text
-
-
-def _choice(choices: Sequence[str]) -> Callable[[str], str]:
-    def parse(text: str) -> str:
-        value = text.strip().lower()
-        if value not in choices:
-            raise ValueError(f"expected one of {', '.join(choices)}")
-        return value
-
-    return parse
 
 
 def _role(text: str) -> str:
@@ -176,7 +166,9 @@ def parse_quotas(text: str) -> dict[str, Resources]:
 
 
 OPTIONS: tuple[Option, ...] = (
-    Option("bind", _bind, "tcp://127.0.0.1:5050", "endpoint to bind (port 0 or * = ephemeral)"),
+    Option(
+        "bind", parse_endpoint, "tcp://127.0.0.1:5050", "endpoint to bind (port 0 or * = ephemeral)"
+    ),
     Option("work_dir", _path, Path("/tmp/agora/master"), "the master's own directory (created)"),
     Option(
         "endpoint_file",
@@ -214,8 +206,8 @@ OPTIONS: tuple[Option, ...] = (
         "quota guarantees: role:resources, roles joined by ',' ('a:cpus:4;mem:1024,b:cpus:2')",
     ),
     Option("quota_limit", parse_quotas, {}, "quota limits, same syntax as --quota"),
-    Option("log_format", _choice(LOG_FORMATS), "console", "log format: console or json"),
-    Option("log_level", _choice(LOG_LEVELS), "info", "log level: debug, info, warning, error"),
+    Option("log_format", parse_choice(LOG_FORMATS), "console", "log format: console or json"),
+    Option("log_level", parse_choice(LOG_LEVELS), "info", "log level: debug, info, warning, error"),
     Option(
         "curve_secret_key",
         _optional_path,

@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -125,6 +126,33 @@ class Bench(Scheduler):
             self.done.set()
 
 
+def _cpu_seconds(pid: int) -> tuple[float, float]:
+    """(own, reaped children's) CPU seconds of a live process, from /proc/<pid>/stat."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0, 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    utime, stime, cutime, cstime = (int(x) for x in fields[11:15])
+    return (utime + stime) / tick, (cutime + cstime) / tick
+
+
+def _cpu_by_role(cluster: LocalCluster) -> dict[str, float]:
+    """CPU seconds spent so far by each kind of process of the cluster and by this framework."""
+    out = {"framework": 0.0, "master": 0.0, "agents": 0.0, "executors": 0.0, "tasks": 0.0}
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    out["framework"] = usage.ru_utime + usage.ru_stime
+    if cluster.master is not None:
+        out["master"] = _cpu_seconds(cluster.master.pid)[0]
+    for proc in cluster.agent_procs:
+        out["agents"] += _cpu_seconds(proc.pid)[0]
+    for pid_file in cluster.work_dir.glob("agent-*/**/executor.pid"):
+        own, children = _cpu_seconds(int(pid_file.read_text()))
+        out["executors"] += own
+        out["tasks"] += children
+    return out
+
+
 def _pct(values: list[float], q: float) -> float | None:
     if not values:
         return None
@@ -132,14 +160,18 @@ def _pct(values: list[float], q: float) -> float | None:
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000.0, 2)
 
 
-async def _run(endpoint: str, bench: Bench, timeout: float) -> None:
-    driver = SchedulerDriver(bench, FrameworkInfo(name="throughput-bench"), endpoint)
+async def _run(cluster: LocalCluster, bench: Bench, timeout: float) -> dict[str, float]:
+    """Run the bench; returns CPU seconds per kind of process, measured before teardown."""
+    driver = SchedulerDriver(bench, FrameworkInfo(name="throughput-bench"), cluster.endpoint)
     runner = asyncio.create_task(driver.run())
+    before = _cpu_by_role(cluster)
     try:
         await asyncio.wait_for(bench.done.wait(), timeout)
+        after = _cpu_by_role(cluster)
     finally:
         driver.stop()
         await asyncio.wait_for(runner, 10)
+    return {role: after[role] - before[role] for role in after}
 
 
 def main() -> int:
@@ -155,7 +187,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="agora-bench-", dir=base) as tmp:
         cluster = LocalCluster(Path(tmp), agents=2, agent_resources=args.agent_resources)
         with cluster:
-            asyncio.run(_run(cluster.endpoint, bench, args.timeout))
+            cpu = asyncio.run(_run(cluster, bench, args.timeout))
     seconds = bench.last_finish - bench.first_launch
     result = {
         "tasks": args.tasks,
@@ -167,6 +199,11 @@ def main() -> int:
         "loaded_launch_to_running_p50_ms": _pct(bench.loaded, 0.50),
         "loaded_launch_to_running_p99_ms": _pct(bench.loaded, 0.99),
         "failed": bench.failed,
+        # CPU per task of each kind of process, over both phases (executors' startup included).
+        "cpu_ms_per_task": {
+            role: round(1000 * secs / (args.tasks + args.latency_tasks), 3)
+            for role, secs in cpu.items()
+        },
     }
     print(json.dumps(result))
     return 0 if bench.failed == 0 else 1
