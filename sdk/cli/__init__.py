@@ -2,7 +2,8 @@
 
 ``agora local`` starts a master and agents as child processes; ``agora run`` is a one-task
 framework (like ``mesos-execute``); ``agora state|agents|tasks`` show the master's state and
-``agora kill`` kills a task. The CLI talks to daemons over the wire only, never importing them.
+``agora kill`` kills a task; ``agora keys generate`` makes CURVE keys. The CLI talks to daemons
+over the wire only, never importing them.
 """
 
 from __future__ import annotations

@@ -29,6 +29,12 @@ _POLL = 0.05  # seconds between looks at a file or the master's state while star
 _AGENT_GRACE = 15.0  # an agent stops its executors (and their tasks) before it exits
 _MASTER_GRACE = 5.0
 _SWEEP_GRACE = 3.0
+#: CURVE settings the daemons would take from the environment. The local cluster runs with CURVE
+#: off, and $AGORA_CURVE_SECRET_KEY / $AGORA_CURVE_SERVER_KEY may well be set for the CLI's own use
+#: (the master would read the first as its own secret key, the agents both as theirs).
+_CURVE_ENV = frozenset(
+    {"AGORA_CURVE_SECRET_KEY", "AGORA_CURVE_SERVER_KEY", "AGORA_CURVE_AUTHORIZED_KEYS", "AGORA_ACL"}
+)
 
 
 class ClusterError(Exception):
@@ -152,6 +158,7 @@ class LocalCluster:
             with open(child.log, "ab") as log:
                 child.proc = await asyncio.create_subprocess_exec(
                     *argv,
+                    env={k: v for k, v in os.environ.items() if k not in _CURVE_ENV},
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from agora.sdk.cli.common import add_master_options, call_master, resolve_master
+from agora.sdk.cli.common import add_master_options, call_master, resolve_curve, resolve_master
 from agora.sdk.ids import FrameworkID, TaskID
 
 __all__ = ["add_parser", "cmd_kill"]
@@ -31,10 +31,12 @@ def cmd_kill(args: argparse.Namespace) -> int:
     timeout: float = args.timeout
     task_id = TaskID(args.task_id)
     framework_id = FrameworkID(args.framework) if args.framework else None
+    curve = resolve_curve(args)
     call_master(
         resolve_master(args),
         timeout,
         lambda c: c.kill(task_id, framework_id, timeout=timeout),
+        curve,
     )
     print(f"kill requested for task {task_id}")
     return 0

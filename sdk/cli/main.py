@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any
 
-from agora.sdk.cli import kill, local, run, show
+import structlog
+from agora.sdk.cli import keys, kill, local, run, show
 from agora.sdk.cli.common import CliError
 from agora.sdk.logs import configure_logging
 
@@ -23,6 +25,10 @@ examples:
   agora tasks --all                      # live and finished tasks
   agora state --json | jq '.agents[].hostname'
   agora kill agora-run-1a2b3c4d
+
+With CURVE on at the master, the commands that talk to it take --curve-secret-key FILE (this
+client's NAME.key_secret) and --curve-server-key FILE (the master's public key), else
+$AGORA_CURVE_SECRET_KEY and $AGORA_CURVE_SERVER_KEY; `agora keys generate NAME` makes keys.
 """
 
 
@@ -38,7 +44,22 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_parser(sub)
     show.add_parsers(sub)
     kill.add_parser(sub)
+    keys.add_parser(sub)
     return parser
+
+
+#: SDK log events that a command reports itself, in its one line on stderr: a refused handshake
+#: (the transport warns at every retry), and a master's ERROR to a scheduler driver and the driver
+#: stopping over it (`agora run` reports those when they end it, and notes the rest with -v).
+_REPORTED_EVENTS = frozenset(
+    {"transport_handshake_failed", "master_error", "scheduler_driver_failed"}
+)
+
+
+def _drop_reported(_logger: Any, _method: str, event: Any) -> Any:
+    if event.get("event") in _REPORTED_EVENTS:
+        raise structlog.DropEvent
+    return event
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -46,6 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # The SDK's drivers log through structlog: keep that on stderr, and quiet.
     configure_logging("console", "warning")
+    structlog.configure(processors=[_drop_reported, *structlog.get_config()["processors"]])
     try:
         code: int = args.func(args)
     except CliError as exc:

@@ -22,7 +22,14 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, BinaryIO, TypeVar
 
-from agora.sdk.cli.common import CliError, add_master_options, positive_float, resolve_master
+from agora.sdk.cli.common import (
+    CliError,
+    add_master_options,
+    guard_handshake,
+    positive_float,
+    resolve_curve,
+    resolve_master,
+)
 from agora.sdk.executor import OUTPUT_LABEL, decode_output
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, TaskID
 from agora.sdk.messages import (
@@ -37,6 +44,7 @@ from agora.sdk.messages import (
 )
 from agora.sdk.resources import Resources
 from agora.sdk.scheduler import Scheduler, SchedulerDriver, TaskSpec, fit_resources
+from agora.sdk.transport import CurveClient
 
 __all__ = ["RunOptions", "RunScheduler", "add_parser", "cmd_run", "exit_code_for", "run_task"]
 
@@ -97,6 +105,8 @@ class RunOptions:
     task_id: str | None = None
     timeout: float = 30.0
     verbose: bool = False
+    #: CURVE credentials, for a master with CURVE on.
+    curve: CurveClient | None = None
 
     @property
     def shape(self) -> Resources:
@@ -109,6 +119,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         argv = argv[1:]
     if not argv:
         raise CliError("no command given (agora run [options] -- CMD ...)", code=2)
+    curve = resolve_curve(args)
     opts = RunOptions(
         master=resolve_master(args),
         argv=tuple(argv),
@@ -118,6 +129,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         task_id=args.task_id,
         timeout=args.timeout,
         verbose=args.verbose,
+        curve=curve,
     )
     return asyncio.run(run_task(opts, sys.stdout.buffer, sys.stderr.buffer))
 
@@ -237,7 +249,7 @@ async def run_task(opts: RunOptions, out: BinaryIO, err: BinaryIO) -> int:
     task_id = TaskID(opts.task_id or f"{opts.name}-{uuid.uuid4().hex[:8]}")
     sched = RunScheduler(opts, task_id, out, err)
     framework = FrameworkInfo(name=opts.name, user=getpass.getuser(), hostname=socket.gethostname())
-    driver = SchedulerDriver(sched, framework, opts.master)
+    driver = SchedulerDriver(sched, framework, opts.master, curve=opts.curve)
     runner = asyncio.create_task(driver.run())
     interrupts = asyncio.Queue[int]()
     loop = asyncio.get_running_loop()
@@ -258,10 +270,11 @@ async def _supervise(
     runner: asyncio.Task[None],
     interrupts: asyncio.Queue[int],
 ) -> int:
-    # Phase 1: subscribe and launch, within --timeout.
+    # Phase 1: subscribe and launch, within --timeout (a refused handshake ends it at once).
     try:
         async with asyncio.timeout(opts.timeout):
-            await _until(sched.launched.wait(), runner, interrupts, sched)
+            launched = guard_handshake(opts.master, opts.curve, sched.launched.wait())
+            await _until(launched, runner, interrupts, sched)
     except TimeoutError:
         if not sched.registered_event.is_set():
             raise CliError(

@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from agora.sdk.cli.common import add_master_options, call_master, resolve_master
+from agora.sdk.cli.common import add_master_options, call_master, resolve_curve, resolve_master
 from agora.sdk.messages import (
     AgentSummary,
     FrameworkSummary,
@@ -107,7 +107,8 @@ def _dump(value: Any) -> None:
 
 def _fetch(args: argparse.Namespace) -> StateReply:
     timeout: float = args.timeout
-    return call_master(resolve_master(args), timeout, lambda c: c.get_state(timeout=timeout))
+    curve = resolve_curve(args)
+    return call_master(resolve_master(args), timeout, lambda c: c.get_state(timeout=timeout), curve)
 
 
 def cmd_state(args: argparse.Namespace) -> int:
