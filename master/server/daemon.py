@@ -124,6 +124,9 @@ class MasterDaemon:
                 if handled >= MAX_BATCH:
                     break
                 received = server.recv_nowait()
+            # One event-triggered allocation for the whole burst, not one per message.
+            async with self._lock:
+                await self._perform(self._core.allocate_freed(self._clock()))
             if handled >= MAX_BATCH:
                 await asyncio.sleep(0)  # let the ticker run under a sustained burst
 
@@ -151,7 +154,7 @@ class MasterDaemon:
             log.info(_LOGGED_CALLS[type(message)], peer=peer, **_fields(message))
         async with self._lock:
             try:
-                actions = self._core.handle(peer, message, self._clock())
+                actions = self._core.handle(peer, message, self._clock(), allocate=False)
             except Exception:
                 log.exception("core_failed", peer=peer, message=message.NAME)
                 actions = [self._error(peer, ErrorCode.INTERNAL, f"{message.NAME} failed")]

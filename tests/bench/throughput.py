@@ -92,8 +92,13 @@ class Bench(Scheduler):
             for spec in specs:
                 self.launched_at[spec.name] = now
             if not specs:
-                self.held.insert(0, offer)  # keep it for the next phase / next task
-                return
+                if free.fits(SHAPE) and self.launched < self.n1 + self.n2:
+                    self.held.insert(0, offer)  # keep it for the next phase / next task
+                    return
+                # Nothing fits (e.g. only memory is left): hand it back, or the agent's freed
+                # cpus could never be offered to us again (one offer per agent at a time).
+                driver.decline(offer.offer_id, filters=NO_FILTER)
+                continue
             driver.launch(offer, specs, filters=NO_FILTER)
             if self.phase == 2:
                 self.waiting_for_running = True
@@ -146,7 +151,7 @@ def _cpu_by_role(cluster: LocalCluster) -> dict[str, float]:
         out["master"] = _cpu_seconds(cluster.master.pid)[0]
     for proc in cluster.agent_procs:
         out["agents"] += _cpu_seconds(proc.pid)[0]
-    for pid_file in cluster.work_dir.glob("agent-*/**/executor.pid"):
+    for pid_file in cluster.work_dir.glob("agent-*/frameworks/*/executors/*/executor.pid"):
         own, children = _cpu_seconds(int(pid_file.read_text()))
         out["executors"] += own
         out["tasks"] += children

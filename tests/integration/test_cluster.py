@@ -22,7 +22,8 @@ from agora.sdk import (
     TaskSpec,
     TaskState,
 )
-from agora.sdk.messages import FrameworkCapability, Reason
+from agora.sdk.ids import ExecutorID, FrameworkID
+from agora.sdk.messages import CommandInfo, ExecutorInfo, FrameworkCapability, Reason
 from support.cluster import LocalCluster, wait_for
 from support.recorder import Recorder
 
@@ -47,7 +48,10 @@ def _driver(cluster: LocalCluster, scheduler: Recorder, **info: object) -> Block
 
 
 def _executor_pids(cluster: LocalCluster) -> list[int]:
-    return [int(p.read_text()) for p in cluster.work_dir.glob("agent-*/**/executor.pid")]
+    return [
+        int(p.read_text())
+        for p in cluster.work_dir.glob("agent-*/frameworks/*/executors/*/executor.pid")
+    ]
 
 
 def test_two_hundred_tasks_over_two_agents_all_finish(cluster: LocalCluster) -> None:
@@ -173,3 +177,54 @@ def test_readme_framework_runs_as_written(cluster: LocalCluster, tmp_path: Path)
     assert len(lines) == 20
     assert all(re.match(r"task-\d+-2: FINISHED", ln) for ln in lines)
     assert lines[-1].endswith("(20/20 done)")
+
+
+CUSTOM_EXECUTOR = """
+from agora.sdk.executor import Executor, run_executor
+from agora.sdk.messages import StatusSource, TaskState, TaskStatus
+
+
+class Echo(Executor):
+    def launch_task(self, driver, task):
+        self.task_id = task.task_id
+        driver.send_status_update(
+            TaskStatus(task_id=task.task_id, state=TaskState.RUNNING, source=StatusSource.EXECUTOR)
+        )
+
+    def framework_message(self, driver, data):
+        driver.send_framework_message(b"echo:" + data)
+        driver.send_status_update(
+            TaskStatus(
+                task_id=self.task_id,
+                state=TaskState.FINISHED,
+                source=StatusSource.EXECUTOR,
+                data=data,
+            )
+        )
+
+
+run_executor(Echo())
+"""
+
+
+def test_a_custom_sdk_executor_runs_a_task_and_talks_to_its_framework(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    script = tmp_path / "echo_executor.py"
+    script.write_text(CUSTOM_EXECUTOR)
+    executor = ExecutorInfo(
+        executor_id=ExecutorID("echo"),
+        framework_id=FrameworkID(""),
+        command=CommandInfo(value=f"{sys.executable} {script}"),
+        name="echo executor",
+    )
+    rec = Recorder(todo=[TaskSpec("echoed", "", SMALL, executor=executor)])
+    with _driver(cluster, rec) as driver:
+        running = rec.wait_state("echoed", TaskState.RUNNING)
+        assert running.agent_id is not None
+        driver.message(running.agent_id, "echo", b"ping")
+        done = rec.wait_state("echoed", TaskState.FINISHED)
+        wait_for(lambda: b"echo:ping" in rec.messages, what="the executor's message")
+    assert done.data == b"ping" and done.source.name == "EXECUTOR"
+    sandbox = next(cluster.work_dir.glob("agent-*/frameworks/*/executors/echo"))
+    assert (sandbox / "executor.pid").exists()

@@ -78,9 +78,7 @@ class LocalCluster:
         )
         for i in range(self.agents):
             self.start_agent(i)
-        wait_for(
-            lambda: len(self.active_agents()) == self.agents, timeout, "agents to register"
-        )
+        wait_for(lambda: len(self.active_agents()) == self.agents, timeout, "agents to register")
         return self
 
     def start_agent(self, i: int) -> subprocess.Popen[bytes]:
@@ -122,7 +120,7 @@ class LocalCluster:
     def kill_leftover_executors(self) -> list[int]:
         """SIGKILL the process group of every executor still alive; returns their pids."""
         alive = []
-        for pid_file in self.work_dir.glob("agent-*/**/executor.pid"):
+        for pid_file in self.work_dir.glob("agent-*/frameworks/*/executors/*/executor.pid"):
             try:
                 pid = int(pid_file.read_text().strip())
             except (OSError, ValueError):

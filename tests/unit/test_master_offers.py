@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agora.master.core import MasterConfig
-from agora.sdk.ids import GangID
+from agora.sdk.ids import GangID, TaskID
 from agora.sdk.messages import (
     Accept,
     Decline,
@@ -19,8 +19,12 @@ from agora.sdk.messages import (
     Rescind,
     Revive,
     RunTask,
+    StatusSource,
+    StatusUpdate,
+    StatusUpdateMessage,
     Suppress,
     TaskState,
+    TaskStatus,
 )
 from agora.sdk.resources import Resources
 from support.master_kit import Harness, of_type, offers_in, only, sent_to, task_info, updates_in
@@ -278,3 +282,31 @@ def test_quota_limit_from_the_master_config_caps_a_role() -> None:
     for offer in offers_in(h.tick(), "s1"):
         offered = offered + offer.resources
     assert offered == limit
+
+
+def test_deferred_allocation_offers_a_burst_of_freed_resources_once() -> None:
+    """A daemon handling a burst with allocate=False gets one offer for it from allocate_freed."""
+    h = Harness()
+    agent = h.register_agent("a1", "cpus:4;mem:4096")
+    fw = h.subscribe("s1")
+    offer = only(offers_in(h.tick(), "s1"))
+    h.launch(
+        "s1", fw, [offer], [(f"t{i}", "cpus:1;mem:1024", agent) for i in range(4)], refuse_seconds=0
+    )
+    for i in range(4):
+        _, uuid = h.agent_update("a1", fw, f"t{i}", TaskState.RUNNING)
+        h.ack("s1", fw, agent, f"t{i}", uuid)
+    for i in range(4):
+        status = TaskStatus(
+            task_id=TaskID(f"t{i}"),
+            state=TaskState.FINISHED,
+            source=StatusSource.EXECUTOR,
+            uuid=bytes([i + 1]) * 16,
+        )
+        message = StatusUpdateMessage(update=StatusUpdate(framework_id=fw, status=status))
+        out = h.master.handle("a1", message, h.now, allocate=False)
+        assert not offers_in(out, "s1"), "no offer while the burst is being handled"
+    offered = offers_in(h.master.allocate_freed(h.now), "s1")
+    assert len(offered) == 1
+    assert offered[0].resources.scalar("cpus") == 4.0
+    assert not h.master.allocate_freed(h.now), "nothing is left to allocate"
