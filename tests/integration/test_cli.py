@@ -16,31 +16,17 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
-
-T = TypeVar("T")
+from support.polling import wait_for
 
 AGORA = (sys.executable, "-m", "agora.sdk.cli")
 RESOURCES = "cpus:4;mem:4096;disk:4096"
 CMD_TIMEOUT = 60.0  # seconds any one CLI command may take
-
-
-def wait_for(predicate: Callable[[], T | None], timeout: float, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    delay = 0.02
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(delay)
-        delay = min(delay * 2, 0.25)
 
 
 @dataclass

@@ -17,33 +17,19 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
-
-T = TypeVar("T")
+from support.polling import wait_for
 
 AGORA = (sys.executable, "-m", "agora.sdk.cli")
 CMD_TIMEOUT = 60.0  # seconds any one CLI command may take, at most
 START_TIMEOUT = 30.0  # seconds for the master to bind and the agent to register
 #: Marks every process these tests start (executors and tasks inherit it), to sweep them up.
 MARK = "CLI_CURVE_TEST_MARK"
-
-
-def wait_for(predicate: Callable[[], T | None], timeout: float, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    delay = 0.05
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(delay)
-        delay = min(delay * 2, 0.5)
 
 
 @dataclass

@@ -24,7 +24,8 @@ from agora.sdk import (
 )
 from agora.sdk.ids import ExecutorID, FrameworkID
 from agora.sdk.messages import CommandInfo, ExecutorInfo, FrameworkCapability, Reason
-from support.cluster import LocalCluster, wait_for
+from support.cluster import LocalCluster
+from support.polling import wait_for
 from support.recorder import Recorder
 
 ROOT = Path(__file__).resolve().parents[2]

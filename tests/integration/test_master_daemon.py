@@ -38,6 +38,7 @@ from agora.sdk.messages import (
 from agora.sdk.messages.operator import GetState, OperatorKill, StateReply
 from agora.sdk.resources import Resources
 from agora.sdk.transport import CurveClient, ZmqClient, generate_keypair
+from support.polling import wait_for
 
 M = TypeVar("M", bound=Message)
 T = TypeVar("T")
@@ -73,16 +74,7 @@ def _clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def _wait_for(predicate: Callable[[], T | None], what: str, timeout: float = DEADLINE) -> T:
-    deadline = time.monotonic() + timeout
-    delay = 0.01
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(delay)
-        delay = min(delay * 2, 0.1)
+    return wait_for(predicate, timeout, what)
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:

@@ -12,34 +12,17 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
 
 from agora.sdk.messages import StateReply
 from agora.sdk.operator import OperatorClient
 
-T = TypeVar("T")
+from support.polling import wait_for
 
 #: Executors of a SIGKILLed agent give up on it this fast in tests.
 TEST_RECOVERY_TIMEOUT = "3"
-
-
-def wait_for(
-    predicate: Callable[[], T | None], timeout: float = 20.0, what: str = "condition"
-) -> T:
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    delay = 0.01
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(delay)
-        delay = min(delay * 2, 0.2)
 
 
 @dataclass

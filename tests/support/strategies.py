@@ -84,4 +84,3 @@ def strategy(kind: Kind) -> st.SearchStrategy[Any]:
 MESSAGES = {name: strategy(record_schema(cls)) for name, cls in MESSAGE_TYPES.items()}
 ANY_MESSAGE = st.sampled_from(NAMES).flatmap(lambda name: MESSAGES[name])
 EPOCHS = st.integers(0, 2**63 - 1)
-
