@@ -122,7 +122,8 @@ def test_killed_agent_loses_its_tasks_per_capability_and_its_offers(tmp_path: Pa
             held = {str(o.offer_id) for o in aware.held}
             wait_for(lambda: held <= set(aware.rescinded), what="held offers to be rescinded")
             assert aware.lost_agents and plain.lost_agents
-    assert lost.reason is Reason.AGENT_DISCONNECTED or lost.reason is not None
+    assert lost.reason is Reason.AGENT_REMOVED and unreachable.reason is Reason.AGENT_REMOVED
+    assert lost.source.name == unreachable.source.name == "MASTER"
     assert unreachable.unreachable_time is not None
 
 
