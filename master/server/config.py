@@ -102,6 +102,27 @@ def _path(text: str) -> Path:
     return Path(text).expanduser()
 
 
+def _optional_port(text: str) -> int | None:
+    """``none``/``off``/empty for no HTTP server, else a TCP port (0: an ephemeral one)."""
+    text = text.strip().lower()
+    if text in ("", "none", "off"):
+        return None
+    try:
+        port = int(text)
+    except ValueError:
+        raise ValueError("expected a port number (0: ephemeral), or none") from None
+    if not 0 <= port <= 65_535:
+        raise ValueError("expected a port number in 0..65535")
+    return port
+
+
+def _host(text: str) -> str:
+    text = text.strip()
+    if not text:
+        raise ValueError("expected a host name or address")
+    return text
+
+
 def _role(text: str) -> str:
     role = text.strip()
     # The resources parser owns the rules for role names; reuse them rather than copy them.
@@ -176,6 +197,14 @@ OPTIONS: tuple[Option, ...] = (
         None,
         "write the actual bound endpoint to this file once bound (atomically)",
     ),
+    Option(
+        "http_port",
+        _optional_port,
+        None,
+        "serve the operator HTTP API (/health, /state, /metrics) on this port (0: ephemeral; "
+        "default: off); with --endpoint-file, its URL goes to <endpoint-file>.http",
+    ),
+    Option("http_bind", _host, "127.0.0.1", "host/address the operator HTTP API listens on"),
     Option("allocation_interval", positive_seconds, 1.0, "seconds between batch allocations"),
     Option(
         "offer_timeout",
@@ -244,6 +273,9 @@ class DaemonSettings:
     curve_secret_key: Path | None
     curve_authorized_keys: Path | None
     acl: Path | None
+    #: The operator HTTP API's port (0: ephemeral), or None for none.
+    http_port: int | None = None
+    http_bind: str = "127.0.0.1"
 
     @property
     def curve(self) -> bool:
@@ -286,6 +318,8 @@ def settings_from(values: Mapping[str, Any]) -> DaemonSettings:
         work_dir=values["work_dir"],
         endpoint_file=values["endpoint_file"],
         peer_timeout=values["peer_timeout"],
+        http_port=values["http_port"],
+        http_bind=values["http_bind"],
         log_format=values["log_format"],
         log_level=values["log_level"],
         curve_secret_key=secret,

@@ -27,6 +27,8 @@ import structlog
 import zmq
 from agora.master.core import Master, Send
 from agora.master.server.config import DaemonSettings
+from agora.master.server.http import make_app, start_http
+from agora.master.server.metrics import DaemonStats
 from agora.sdk.errors import ProtocolError
 from agora.sdk.messages import (
     AgentRegistered,
@@ -44,6 +46,7 @@ from agora.sdk.messages import (
 )
 from agora.sdk.messages.operator import OperatorKill
 from agora.sdk.transport import Acl, CurveServer, Received, Server, ZmqServer
+from aiohttp import web
 
 __all__ = ["MasterDaemon", "serve"]
 
@@ -67,6 +70,7 @@ class MasterDaemon:
         authenticated: bool = False,
         clock: Callable[[], float] = time.time,
         debug: bool = False,
+        stats: DaemonStats | None = None,
     ) -> None:
         """``authenticated``: CURVE is on, so every frame carries the sender's principal."""
         self._core = core
@@ -78,10 +82,16 @@ class MasterDaemon:
         self._checked = authenticated or acl is not None
         self._clock = clock
         self._debug = debug
+        #: Plain counters for the operator API's metrics, read at scrape time.
+        self.stats = stats if stats is not None else DaemonStats()
         self._lock = asyncio.Lock()
         self._stopped = asyncio.Event()
         #: peer -> monotonic time of its last frame; insertion order = least recently heard first.
         self._last_seen: dict[str, float] = {}
+
+    @property
+    def core(self) -> Master:
+        return self._core
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -126,7 +136,10 @@ class MasterDaemon:
                 received = server.recv_nowait()
             # One event-triggered allocation for the whole burst, not one per message.
             async with self._lock:
-                await self._perform(self._core.allocate_freed(self._clock()))
+                started = time.perf_counter()
+                actions = self._core.allocate_freed(self._clock())
+                self.stats.observe_allocation(time.perf_counter() - started)
+                await self._perform(actions)
             if handled >= MAX_BATCH:
                 await asyncio.sleep(0)  # let the ticker run under a sustained burst
 
@@ -137,8 +150,10 @@ class MasterDaemon:
         seen[peer] = time.monotonic()
         message = received.message
         if message is None:
+            self.stats.bad_frames_received += 1
             await self._bad_frame(peer, received.error)
             return
+        self.stats.messages_received += 1
         if type(message) is Heartbeat:
             return  # liveness only
         if self._checked:
@@ -213,11 +228,13 @@ class MasterDaemon:
             await asyncio.sleep(interval)
             async with self._lock:
                 now = self._clock()
+                started = time.perf_counter()
                 try:
                     actions = self._core.tick(now)
                 except Exception:
                     log.exception("core_tick_failed")
                     actions = []
+                self.stats.observe_allocation(time.perf_counter() - started)
                 await self._perform(actions)
                 await self._expire_peers(now)
 
@@ -333,6 +350,7 @@ async def _serve_locked(settings: DaemonSettings) -> int:
         log.error("bind_failed", bind=settings.bind, error=str(exc))
         return 1
     endpoint_file = settings.endpoint_file
+    http: web.AppRunner | None = None
     try:
         config = replace(settings.master, address=server.endpoint)
         daemon = MasterDaemon(
@@ -347,6 +365,22 @@ async def _serve_locked(settings: DaemonSettings) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, daemon.stop)
+        if settings.http_port is not None:
+            try:
+                app = make_app(daemon.core, daemon.stats)
+                http, http_url = await start_http(app, settings.http_bind, settings.http_port)
+            except OSError as exc:
+                log.error(
+                    "http_bind_failed",
+                    host=settings.http_bind,
+                    port=settings.http_port,
+                    error=str(exc),
+                )
+                return 1
+            log.info("http_listening", url=http_url)
+            if endpoint_file is not None:
+                # Before the endpoint file: whoever sees that one finds this one too.
+                _write_atomically(_http_file(endpoint_file), http_url + "\n")
         if endpoint_file is not None:
             _write_atomically(endpoint_file, server.endpoint + "\n")
         log.info(
@@ -366,10 +400,16 @@ async def _serve_locked(settings: DaemonSettings) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
+        if http is not None:
+            try:
+                await http.cleanup()
+            except Exception:
+                log.exception("http_shutdown_failed")
         server.close()
         if endpoint_file is not None:
-            with contextlib.suppress(OSError):
-                endpoint_file.unlink()
+            for path in (endpoint_file, _http_file(endpoint_file)):
+                with contextlib.suppress(OSError):
+                    path.unlink()
 
 
 def _lock_work_dir(work_dir: Path) -> IO[str]:
@@ -386,6 +426,11 @@ def _lock_work_dir(work_dir: Path) -> IO[str]:
     handle.write(f"{os.getpid()}\n")
     handle.flush()
     return handle
+
+
+def _http_file(endpoint_file: Path) -> Path:
+    """Where the operator API's URL goes: ``<endpoint-file>.http``."""
+    return endpoint_file.with_name(endpoint_file.name + ".http")
 
 
 def _write_atomically(path: Path, text: str) -> None:

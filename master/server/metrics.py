@@ -1,0 +1,188 @@
+"""The master's numbers: cheap counts of its state, daemon counters, and a Prometheus registry.
+
+The daemon's receive path only bumps plain ints on :class:`DaemonStats`; everything is read at
+scrape time by :class:`MasterCollector`, registered in a registry of the daemon's own (never the
+process-global one), so two masters in one process do not mix their metrics.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from agora.master.core import Master
+from agora.sdk.messages import TaskState
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector, CollectorRegistry
+
+__all__ = ["SCALARS", "Counts", "DaemonStats", "MasterCollector", "count", "make_registry"]
+
+#: The scalar resources reported in totals.
+SCALARS = ("cpus", "mem", "disk", "gpus")
+#: Upper bounds (seconds) of the allocation run-time histogram's buckets.
+ALLOCATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+@dataclass(slots=True)
+class DaemonStats:
+    """Counters the daemon bumps as it goes: plain ints, read at scrape time."""
+
+    started: float = field(default_factory=time.monotonic)
+    messages_received: int = 0
+    bad_frames_received: int = 0
+    #: Allocation (``Master.tick`` / ``allocate_freed``) run times: per-bucket counts (the last
+    #: bucket is +Inf), their sum and how many.
+    allocation_buckets: list[int] = field(
+        default_factory=lambda: [0] * (len(ALLOCATION_BUCKETS) + 1)
+    )
+    allocation_sum: float = 0.0
+    allocation_count: int = 0
+
+    def observe_allocation(self, seconds: float) -> None:
+        self.allocation_buckets[bisect.bisect_left(ALLOCATION_BUCKETS, seconds)] += 1
+        self.allocation_sum += seconds
+        self.allocation_count += 1
+
+    def uptime(self) -> float:
+        return time.monotonic() - self.started
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    """What ``/state/summary`` and ``/metrics`` report; linear in agents + frameworks + tasks."""
+
+    agents: dict[str, int]
+    frameworks: dict[str, int]
+    tasks: dict[str, int]
+    offers: int
+    total: dict[str, float]
+    allocated: dict[str, float]
+
+
+def count(core: Master) -> Counts:
+    """Count the core's state, the same agents, frameworks and tasks a snapshot lists."""
+    st = core.state
+    alloc = st.allocator
+    agents = {"ACTIVE": 0, "UNREACHABLE": 0}
+    total = dict.fromkeys(SCALARS, 0.0)
+    allocated = dict.fromkeys(SCALARS, 0.0)
+    for agent in st.agents.values():
+        agents[agent.status.value] = agents.get(agent.status.value, 0) + 1
+        res = agent.info.resources
+        for name in SCALARS:
+            total[name] += res.scalar(name)
+        if alloc.has_agent(agent.agent_id):
+            pooled, free = alloc.total(agent.agent_id), alloc.available(agent.agent_id)
+            for name in SCALARS:
+                allocated[name] += pooled.scalar(name) - free.scalar(name)
+    connected = sum(1 for fw in st.frameworks.values() if fw.connected)
+    frameworks = {
+        "active": len(st.frameworks),
+        "inactive": len(st.completed_frameworks),
+        "connected": connected,
+        "disconnected": len(st.frameworks) - connected,
+    }
+    tasks = {state.value: 0 for state in TaskState}
+    for task in st.tasks.values():
+        tasks[task.state.value] += 1
+    for fw in (*st.frameworks.values(), *st.completed_frameworks):
+        for task in fw.completed:
+            tasks[task.state.value] += 1
+    return Counts(
+        agents=agents,
+        frameworks=frameworks,
+        tasks=tasks,
+        offers=len(st.offers),
+        total=total,
+        allocated=allocated,
+    )
+
+
+class MasterCollector(Collector):
+    """Reads the core and the daemon's counters at each scrape."""
+
+    def __init__(self, core: Master, stats: DaemonStats) -> None:
+        self._core = core
+        self._stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self._stats
+        counts = count(self._core)
+        yield _gauge("agora_master_elected", "1 if this master is the leader", 1)
+        yield _gauge(
+            "agora_master_uptime_seconds", "seconds since the daemon started", stats.uptime()
+        )
+        yield _gauge("agora_master_epoch", "the master's epoch (election term)", self._core.epoch)
+        yield _gauge(
+            "agora_master_agents_active", "registered, reachable agents", counts.agents["ACTIVE"]
+        )
+        yield _gauge(
+            "agora_master_agents_unreachable",
+            "agents marked unreachable",
+            counts.agents["UNREACHABLE"],
+        )
+        fws = counts.frameworks
+        yield _gauge("agora_master_frameworks_active", "subscribed frameworks", fws["active"])
+        yield _gauge(
+            "agora_master_frameworks_inactive",
+            "completed frameworks still remembered",
+            fws["inactive"],
+        )
+        yield _gauge(
+            "agora_master_frameworks_connected", "active frameworks connected", fws["connected"]
+        )
+        tasks = GaugeMetricFamily(
+            "agora_master_tasks", "tasks the master knows, by state", labels=["state"]
+        )
+        for state, n in counts.tasks.items():
+            tasks.add_metric([state], n)
+        yield tasks
+        yield _gauge(
+            "agora_master_offers_outstanding", "offers sent and not yet answered", counts.offers
+        )
+        for kind, amounts in (("total", counts.total), ("allocated", counts.allocated)):
+            family = GaugeMetricFamily(
+                f"agora_master_resources_{kind}",
+                f"{kind} scalar resources over registered agents",
+                labels=["resource"],
+            )
+            for name, value in amounts.items():
+                family.add_metric([name], value)
+            yield family
+        cumulative: list[tuple[str, float]] = []
+        running = 0
+        for bound, n in zip((*ALLOCATION_BUCKETS, None), stats.allocation_buckets, strict=True):
+            running += n
+            cumulative.append(("+Inf" if bound is None else repr(bound), running))
+        yield HistogramMetricFamily(
+            "agora_master_allocation_run_seconds",
+            "time spent in Master.tick / allocate_freed",
+            buckets=cumulative,
+            sum_value=stats.allocation_sum,
+        )
+        yield CounterMetricFamily(
+            "agora_master_messages_received", "messages received", stats.messages_received
+        )
+        yield CounterMetricFamily(
+            "agora_master_bad_frames_received",
+            "undecodable frames received",
+            stats.bad_frames_received,
+        )
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, value=value)
+
+
+def make_registry(core: Master, stats: DaemonStats) -> CollectorRegistry:
+    """A registry of the daemon's own, holding only the master's collector."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(MasterCollector(core, stats))
+    return registry

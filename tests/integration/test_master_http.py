@@ -1,0 +1,171 @@
+"""The master daemon's operator HTTP API, as a real process on ephemeral ports."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import zmq
+import zmq.asyncio
+from agora.sdk.messages import (
+    AgentInfo,
+    AgentRegistered,
+    FrameworkInfo,
+    Heartbeat,
+    RegisterAgent,
+    Subscribe,
+    Subscribed,
+)
+from agora.sdk.resources import Resources
+from agora.sdk.transport import ZmqClient
+from prometheus_client.parser import text_string_to_metric_families
+from support.polling import wait_for
+
+DEADLINE = 10.0
+
+
+@dataclass
+class Master:
+    proc: subprocess.Popen[bytes]
+    endpoint: str
+    endpoint_file: Path
+    url: str
+    log_file: Path
+
+
+@contextmanager
+def master_with_http(tmp_path: Path) -> Iterator[Master]:
+    endpoint_file = tmp_path / "master.endpoint"
+    log_file = tmp_path / "master.log"
+    argv = [
+        sys.executable,
+        "-m",
+        "agora.master.server",
+        "--bind",
+        "tcp://127.0.0.1:0",
+        "--endpoint-file",
+        str(endpoint_file),
+        "--work-dir",
+        str(tmp_path / "work"),
+        "--http-port",
+        "0",
+        "--allocation-interval",
+        "0.05",
+        "--log-format",
+        "json",
+    ]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGORA_")}
+    with log_file.open("wb") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=log, env=env)
+    try:
+
+        def bound() -> str | None:
+            if proc.poll() is not None:
+                raise AssertionError(f"master exited {proc.returncode}: {log_file.read_text()}")
+            return (endpoint_file.exists() and endpoint_file.read_text().strip()) or None
+
+        endpoint = wait_for(bound, DEADLINE, "the master's endpoint file")
+        http_file = endpoint_file.with_name(endpoint_file.name + ".http")
+        url = http_file.read_text().strip()  # written before the endpoint file
+        assert url.startswith("http://127.0.0.1:")
+        yield Master(proc, endpoint, endpoint_file, url, log_file)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=DEADLINE)
+
+
+async def _expect(client: ZmqClient, kind: type[Any]) -> Any:
+    async with asyncio.timeout(DEADLINE):
+        while True:
+            message = (await client.recv()).message
+            if not isinstance(message, Heartbeat):
+                assert isinstance(message, kind), message
+                return message
+
+
+async def _populate(endpoint: str) -> None:
+    """One agent, one framework, and one bad frame."""
+    agent = ZmqClient.connect(endpoint)
+    framework = ZmqClient.connect(endpoint)
+    ctx = zmq.asyncio.Context()
+    raw = ctx.socket(zmq.DEALER)
+    raw.setsockopt(zmq.LINGER, 0)
+    raw.connect(endpoint)
+    try:
+        info = AgentInfo(hostname="h1", resources=Resources.parse("cpus:4;mem:4096"))
+        await agent.send(RegisterAgent(agent_info=info))
+        await _expect(agent, AgentRegistered)
+        await framework.send(Subscribe(framework_info=FrameworkInfo(name="fw", roles=("*",))))
+        await _expect(framework, Subscribed)
+        await raw.send_multipart([b"\xc1garbage"])
+        async with asyncio.timeout(DEADLINE):
+            await raw.recv_multipart()  # the ERROR: the daemon counted the bad frame
+    finally:
+        agent.close()
+        framework.close()
+        raw.close()
+        ctx.term()
+
+
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_health_state_and_metrics_agree(tmp_path: Path) -> None:
+    with master_with_http(tmp_path) as master:
+
+        async def scenario() -> tuple[Any, Any, str]:
+            await _populate(master.endpoint)
+            timeout = aiohttp.ClientTimeout(total=DEADLINE)
+            async with aiohttp.ClientSession(master.url, timeout=timeout) as http:
+                async with http.get("/health") as resp:
+                    assert resp.status == 200
+                    health = await resp.json()
+                async with http.get("/state") as resp:
+                    assert resp.status == 200
+                    state = await resp.json()
+                async with http.get("/metrics") as resp:
+                    assert resp.status == 200
+                    metrics = await resp.text()
+                async with http.get("/no/such/path") as resp:
+                    assert resp.status == 404
+                    assert "error" in await resp.json()
+            return health, state, metrics
+
+        health, state, metrics = asyncio.run(asyncio.wait_for(scenario(), 30))
+        assert health == {"status": "ok"}
+        assert state["master"]["address"] == master.endpoint
+        assert [a["hostname"] for a in state["agents"]] == ["h1"]
+        assert [f["name"] for f in state["frameworks"]] == ["fw"]
+        samples = _samples(metrics)
+        active = sum(1 for a in state["agents"] if a["status"] == "ACTIVE")
+        assert samples[("agora_master_agents_active", ())] == active == 1
+        live = sum(1 for f in state["frameworks"] if f["active"])
+        assert samples[("agora_master_frameworks_active", ())] == live == 1
+        cpus = sum(a["resources"].get("cpus", 0) for a in state["agents"])
+        assert samples[("agora_master_resources_total", (("resource", "cpus"),))] == cpus
+        running = sum(1 for t in state["tasks"] if t["state"] == "RUNNING")
+        assert samples[("agora_master_tasks", (("state", "RUNNING"),))] == running
+        assert samples[("agora_master_elected", ())] == 1
+        assert samples[("agora_master_messages_received_total", ())] >= 2
+        assert samples[("agora_master_bad_frames_received_total", ())] == 1
+        assert samples[("agora_master_allocation_run_seconds_count", ())] >= 1
+
+        master.proc.send_signal(signal.SIGTERM)
+        assert master.proc.wait(timeout=DEADLINE) == 0
+        assert not master.endpoint_file.exists()
+        assert not master.endpoint_file.with_name(master.endpoint_file.name + ".http").exists()
