@@ -71,17 +71,17 @@ def count(core: Master) -> Counts:
     st = core.state
     alloc = st.allocator
     agents = {"ACTIVE": 0, "UNREACHABLE": 0}
-    total = dict.fromkeys(SCALARS, 0.0)
-    allocated = dict.fromkeys(SCALARS, 0.0)
+    # Sums in thousandths, one pass over each agent's scalars (this runs on every scrape).
+    total_milli = dict.fromkeys(SCALARS, 0)
+    used_milli = dict.fromkeys(SCALARS, 0)
     for agent in st.agents.values():
         agents[agent.status.value] = agents.get(agent.status.value, 0) + 1
-        res = agent.info.resources
-        for name in SCALARS:
-            total[name] += res.scalar(name)
+        _add(total_milli, agent.info.resources.scalar_totals_milli(), 1)
         if alloc.has_agent(agent.agent_id):
-            pooled, free = alloc.total(agent.agent_id), alloc.available(agent.agent_id)
-            for name in SCALARS:
-                allocated[name] += pooled.scalar(name) - free.scalar(name)
+            _add(used_milli, alloc.total(agent.agent_id).scalar_totals_milli(), 1)
+            _add(used_milli, alloc.available(agent.agent_id).scalar_totals_milli(), -1)
+    total = {name: milli / 1000 for name, milli in total_milli.items()}
+    allocated = {name: milli / 1000 for name, milli in used_milli.items()}
     connected = sum(1 for fw in st.frameworks.values() if fw.connected)
     frameworks = {
         "active": len(st.frameworks),
@@ -103,6 +103,11 @@ def count(core: Master) -> Counts:
         total=total,
         allocated=allocated,
     )
+
+
+def _add(into: dict[str, int], amounts: dict[str, int], sign: int) -> None:
+    for name in into:
+        into[name] += sign * amounts.get(name, 0)
 
 
 class MasterCollector(Collector):
