@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import structlog
-from agora.sdk.cli import keys, kill, local, run, show
+from agora.sdk.cli import keys, kill, local, run, show, top
 from agora.sdk.cli.common import CliError
 from agora.sdk.logs import configure_logging
 
@@ -24,6 +24,7 @@ examples:
   agora run --cpus 1 --mem 256 -- sh -c 'make -j4 && ./test'
   agora tasks --all                      # live and finished tasks
   agora state --json | jq '.agents[].hostname'
+  agora top                              # a live console of the cluster; q quits
   agora kill agora-run-1a2b3c4d
 
 With CURVE on at the master, the commands that talk to it take --curve-secret-key FILE (this
@@ -44,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_parser(sub)
     show.add_parsers(sub)
     kill.add_parser(sub)
+    top.add_parser(sub)
     keys.add_parser(sub)
     return parser
 

@@ -1,0 +1,477 @@
+"""``agora top``'s screen as a pure function of (state, history, events, size), and the event feed
+derived by diffing two successive :class:`StateReply` snapshots.
+
+Nothing here talks to the master or the terminal, so every frame can be rendered (and tested) with
+a recording rich Console. The work per frame is linear in the state with small constants, and only
+the rows that fit are built, so a frame for 10,000 agents stays well under a second.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from agora.sdk.messages import AgentSummary, StateReply, TaskState, TaskSummary
+from rich.console import Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+__all__ = [
+    "FOCUSABLE",
+    "HISTORY",
+    "RESOURCES",
+    "Event",
+    "History",
+    "Totals",
+    "View",
+    "bar",
+    "diff_states",
+    "render",
+    "sparkline",
+    "totals",
+]
+
+#: The scalar resources shown as utilization bars.
+RESOURCES: Final = ("cpus", "mem", "disk", "gpus")
+#: Samples kept per resource for the sparklines.
+HISTORY: Final = 60
+#: Tables that ``tab`` cycles through (the focused one is the one ``/`` filters).
+FOCUSABLE: Final = ("agents", "frameworks", "tasks")
+#: Row caps when the screen is tall enough (or has no height, as with ``--once``).
+MAX_AGENT_ROWS: Final = 20
+MAX_TASK_ROWS: Final = 15
+MAX_EVENTS: Final = 200
+
+_SPARKS: Final = " ▁▂▃▄▅▆▇█"
+_STATE_STYLE: Final = {
+    TaskState.FINISHED: "green",
+    TaskState.FAILED: "red",
+    TaskState.ERROR: "red",
+    TaskState.LOST: "red",
+    TaskState.DROPPED: "red",
+    TaskState.KILLED: "yellow",
+    TaskState.KILLING: "yellow",
+    TaskState.RUNNING: "cyan",
+    TaskState.STAGING: "blue",
+    TaskState.STARTING: "blue",
+    TaskState.UNREACHABLE: "magenta",
+    TaskState.GONE: "red",
+    TaskState.GONE_BY_OPERATOR: "red",
+}
+_ACTIVE_TASK: Final = frozenset({TaskState.RUNNING, TaskState.KILLING})
+_PENDING_TASK: Final = frozenset({TaskState.STAGING, TaskState.STARTING})
+
+
+# ---------------------------------------------------------------- model
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One line of the event feed."""
+
+    when: float
+    text: str
+    style: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Totals:
+    """Per resource: the cluster's total and what is allocated of it (in whole units)."""
+
+    total: dict[str, float]
+    allocated: dict[str, float]
+
+    def share(self, name: str) -> float:
+        total = self.total.get(name, 0.0)
+        return self.allocated.get(name, 0.0) / total if total > 0 else 0.0
+
+
+@dataclass(slots=True)
+class History:
+    """The last :data:`HISTORY` allocated shares per resource, oldest first."""
+
+    size: int = HISTORY
+    samples: dict[str, deque[float]] = field(default_factory=dict)
+
+    def add(self, sums: Totals) -> None:
+        for name in RESOURCES:
+            self.samples.setdefault(name, deque(maxlen=self.size)).append(sums.share(name))
+
+    def of(self, name: str) -> Sequence[float]:
+        return tuple(self.samples.get(name, ()))
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    """What the operator chose: the focused table and the text its rows must contain."""
+
+    focus: str = "agents"
+    filter: str = ""
+    editing: bool = False  # typing a filter after `/`
+    error: str = ""  # the last failed poll, if the latest one failed
+
+
+def totals(state: StateReply) -> Totals:
+    total: dict[str, float] = dict.fromkeys(RESOURCES, 0.0)
+    alloc: dict[str, float] = dict.fromkeys(RESOURCES, 0.0)
+    for agent in state.agents:
+        for name, milli in agent.resources.scalar_totals_milli().items():
+            if name in total:
+                total[name] += milli / 1000
+        for name, milli in agent.allocated.scalar_totals_milli().items():
+            if name in alloc:
+                alloc[name] += milli / 1000
+    return Totals(total, alloc)
+
+
+# ---------------------------------------------------------------- events
+
+
+def diff_states(prev: StateReply | None, cur: StateReply, now: float) -> list[Event]:
+    """What changed from ``prev`` to ``cur`` that an operator should notice, oldest-first."""
+    if prev is None:
+        return []
+    out: list[Event] = []
+    if prev.master_info.master_id != cur.master_info.master_id:
+        out.append(Event(now, f"master changed to {cur.master_info.master_id}", "yellow"))
+    before_agents = {a.agent_id: a for a in prev.agents}
+    now_agents = {a.agent_id: a for a in cur.agents}
+    for aid, a in now_agents.items():
+        old = before_agents.get(aid)
+        if old is None:
+            out.append(Event(now, f"agent {a.hostname} registered", "green"))
+        elif old.status != a.status:
+            style = "green" if a.status == "ACTIVE" else "red"
+            out.append(Event(now, f"agent {a.hostname} became {a.status}", style))
+    for aid, a in before_agents.items():
+        if aid not in now_agents:
+            out.append(Event(now, f"agent {a.hostname} removed", "red"))
+    before_fw = {f.framework_id: f for f in prev.frameworks}
+    now_fw = {f.framework_id: f for f in cur.frameworks}
+    for fid, f in now_fw.items():
+        old_fw = before_fw.get(fid)
+        if old_fw is None:
+            out.append(Event(now, f"framework {f.name} registered", "green"))
+            continue
+        if old_fw.active and not f.active:
+            out.append(Event(now, f"framework {f.name} removed", "red"))
+        elif old_fw.connected and not f.connected:
+            out.append(Event(now, f"framework {f.name} disconnected", "yellow"))
+        elif not old_fw.connected and f.connected:
+            out.append(Event(now, f"framework {f.name} reconnected", "green"))
+    for fid, f in before_fw.items():
+        if fid not in now_fw:
+            out.append(Event(now, f"framework {f.name} removed", "red"))
+    before_tasks = {(t.framework_id, t.task_id): t.state for t in prev.tasks}
+    for t in cur.tasks:
+        if before_tasks.get((t.framework_id, t.task_id)) == t.state:
+            continue
+        if t.state is TaskState.FINISHED:
+            out.append(Event(now, f"task {t.task_id} finished", "green"))
+        elif t.state in (TaskState.FAILED, TaskState.ERROR, TaskState.LOST, TaskState.DROPPED):
+            out.append(Event(now, f"task {t.task_id} {t.state.name}{_why(t)}", "red"))
+        elif t.state is TaskState.KILLED:
+            out.append(Event(now, f"task {t.task_id} killed", "yellow"))
+    return out
+
+
+def _why(t: TaskSummary) -> str:
+    parts = [t.reason.name] if t.reason is not None else []
+    if t.exit_code is not None:
+        parts.append(f"exit {t.exit_code}")
+    if t.message:
+        parts.append(t.message)
+    return f": {', '.join(parts)}" if parts else ""
+
+
+# ---------------------------------------------------------------- small pieces
+
+
+def bar(share: float, width: int) -> Text:
+    """A ``width``-cell bar filled to ``share`` (0..1), green/yellow/red by level."""
+    share = min(max(share, 0.0), 1.0)
+    filled = round(share * width)
+    style = "red" if share >= 0.9 else "yellow" if share >= 0.7 else "green"
+    text = Text()
+    text.append("█" * filled, style=style)
+    text.append("░" * (width - filled), style="grey37")
+    return text
+
+
+def sparkline(samples: Iterable[float], width: int = HISTORY) -> str:
+    """The last ``width`` shares (0..1) as block characters."""
+    values = list(samples)[-width:]
+    top = len(_SPARKS) - 1
+    return "".join(_SPARKS[round(min(max(v, 0.0), 1.0) * top)] for v in values)
+
+
+def _num(value: float) -> str:
+    return f"{value:.0f}" if value == int(value) else f"{value:.1f}"
+
+
+def _clock(ts: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(ts)) if ts > 0 else ""
+
+
+def _state(state: TaskState) -> Text:
+    return Text(state.name, style=_STATE_STYLE.get(state, ""))
+
+
+def _matches(needle: str, *fields: str) -> bool:
+    return not needle or any(needle in f.lower() for f in fields)
+
+
+def _title(name: str, shown: int, total: int, view: View) -> str:
+    mark = "▶ " if view.focus == name else ""
+    label = name.capitalize()
+    count = f"{shown} of {total}" if shown < total else str(total)
+    filt = f"  /{view.filter}" if view.focus == name and view.filter else ""
+    return f"{mark}{label} ({count}){filt}"
+
+
+def _border(name: str, view: View) -> str:
+    return "bright_cyan" if view.focus == name else "grey50"
+
+
+# ---------------------------------------------------------------- sections
+
+
+def _header(state: StateReply, now: float, view: View) -> Text:
+    info = state.master_info
+    live = sum(1 for t in state.tasks if t.state in _ACTIVE_TASK or t.state in _PENDING_TASK)
+    text = Text.assemble(
+        ("agora top", "bold"),
+        f"  {_clock(now)}  │ agents {len(state.agents)}  frameworks {len(state.frameworks)}",
+        f"  tasks {len(state.tasks)} ({live} live)  │ master {info.master_id} at {info.address}",
+        f" epoch {info.epoch}",
+        no_wrap=True,
+        overflow="ellipsis",
+    )
+    if view.error:
+        text.append(f"  ⚠ {view.error}", style="bold red")
+    if view.editing:
+        text.append(f"  filter: /{view.filter}▏", style="bold")
+    return text
+
+
+def _utilization(sums: Totals, history: History, width: int) -> Panel:
+    grid = Table.grid(padding=(0, 1))
+    bar_width = max(10, min(40, width // 5))
+    spark_width = max(10, min(HISTORY, width - bar_width - 40))
+    grid.add_column(width=5)
+    grid.add_column(width=bar_width)
+    grid.add_column(justify="right", min_width=24)
+    grid.add_column(width=spark_width, no_wrap=True)
+    for name in RESOURCES:
+        share = sums.share(name)
+        amount = f"{_num(sums.allocated[name])}/{_num(sums.total[name])} ({share:.0%})"
+        grid.add_row(
+            name, bar(share, bar_width), amount, Text(sparkline(history.of(name), spark_width))
+        )
+    return Panel(grid, title="Utilization (allocated / total)", title_align="left", expand=True)
+
+
+def _agent_share(a: AgentSummary) -> float:
+    best = 0.0
+    for name in ("cpus", "mem"):
+        total = a.resources.scalar_milli(name)
+        if total > 0:
+            best = max(best, a.allocated.scalar_milli(name) / total)
+    return best
+
+
+def _agents(state: StateReply, rows: int, view: View, task_counts: Mapping[str, int]) -> Table:
+    needle = view.filter.lower() if view.focus == "agents" else ""
+    agents: Iterable[AgentSummary] = state.agents
+    if needle:
+        agents = [a for a in state.agents if _matches(needle, a.hostname, a.status, a.agent_id)]
+    matching = agents if isinstance(agents, list | tuple) else list(agents)
+    top = heapq.nlargest(rows, matching, key=_agent_share)
+    table = Table(
+        title=_title("agents", len(top), len(matching), view),
+        title_justify="left",
+        expand=True,
+        border_style=_border("agents", view),
+    )
+    table.add_column("HOSTNAME", no_wrap=True, overflow="ellipsis", min_width=8, ratio=1)
+    table.add_column("STATUS", no_wrap=True)
+    table.add_column("CPUS", no_wrap=True)
+    table.add_column("MEM", no_wrap=True)
+    table.add_column("TASKS", justify="right")
+    for a in top:
+        status = Text(a.status, style="" if a.status == "ACTIVE" else "bold red")
+        table.add_row(
+            a.hostname,
+            status,
+            _resource_cell(a, "cpus"),
+            _resource_cell(a, "mem"),
+            str(task_counts.get(a.agent_id, 0)),
+        )
+    return table
+
+
+def _resource_cell(a: AgentSummary, name: str) -> Text:
+    total = a.resources.scalar(name)
+    used = a.allocated.scalar(name)
+    cell = bar(used / total if total > 0 else 0.0, 8)
+    cell.append(f" {_num(used)}/{_num(total)}")
+    return cell
+
+
+def _frameworks(state: StateReply, rows: int, view: View) -> Table:
+    needle = view.filter.lower() if view.focus == "frameworks" else ""
+    running: dict[str, int] = {}
+    staging: dict[str, int] = {}
+    for t in state.tasks:
+        if t.state in _ACTIVE_TASK:
+            running[t.framework_id] = running.get(t.framework_id, 0) + 1
+        elif t.state in _PENDING_TASK:
+            staging[t.framework_id] = staging.get(t.framework_id, 0) + 1
+    matching = [
+        f
+        for f in state.frameworks
+        if _matches(needle, f.name, f.framework_id, ",".join(f.roles), f.user)
+    ]
+    shown = sorted(matching, key=lambda f: (not f.active, -running.get(f.framework_id, 0)))[:rows]
+    table = Table(
+        title=_title("frameworks", len(shown), len(matching), view),
+        title_justify="left",
+        expand=True,
+        border_style=_border("frameworks", view),
+    )
+    table.add_column("NAME", no_wrap=True, overflow="ellipsis", min_width=8, ratio=2)
+    table.add_column("ROLES", overflow="ellipsis", no_wrap=True, min_width=5, ratio=1)
+    table.add_column("ACTIVE")
+    table.add_column("CONNECTED")
+    table.add_column("RUNNING", justify="right")
+    table.add_column("STAGING", justify="right")
+    for f in shown:
+        table.add_row(
+            f.name,
+            ",".join(f.roles),
+            _flag(f.active),
+            _flag(f.connected),
+            str(running.get(f.framework_id, 0)),
+            str(staging.get(f.framework_id, 0)),
+        )
+    return table
+
+
+def _flag(value: bool) -> Text:
+    return Text("yes", style="green") if value else Text("no", style="red")
+
+
+def _tasks(state: StateReply, rows: int, view: View, hosts: Mapping[str, str]) -> Table:
+    needle = view.filter.lower() if view.focus == "tasks" else ""
+    matching: Sequence[TaskSummary] = state.tasks
+    if needle:
+        matching = [
+            t
+            for t in state.tasks
+            if _matches(needle, t.task_id, t.name, t.state.name, hosts.get(t.agent_id, ""))
+        ]
+    latest = heapq.nlargest(rows, matching, key=lambda t: t.timestamp)
+    table = Table(
+        title=_title("tasks", len(latest), len(matching), view),
+        title_justify="left",
+        expand=True,
+        border_style=_border("tasks", view),
+    )
+    table.add_column("TASK", no_wrap=True, overflow="ellipsis", min_width=8, ratio=2)
+    table.add_column("STATE", no_wrap=True)
+    table.add_column("HOST", no_wrap=True, overflow="ellipsis", min_width=8, ratio=1)
+    table.add_column("EXIT", justify="right")
+    table.add_column("UPDATED", no_wrap=True)
+    for t in latest:
+        table.add_row(
+            t.task_id,
+            _state(t.state),
+            hosts.get(t.agent_id, t.agent_id),
+            "" if t.exit_code is None else str(t.exit_code),
+            _clock(t.timestamp),
+        )
+    return table
+
+
+def _events(events: Sequence[Event], rows: int) -> Table:
+    table = Table(
+        title=f"Events ({len(events)})", title_justify="left", expand=True, border_style="grey50"
+    )
+    table.add_column("TIME", no_wrap=True)
+    table.add_column("EVENT", overflow="ellipsis", no_wrap=True, ratio=1)
+    for e in list(events)[-rows:][::-1]:
+        table.add_row(_clock(e.when), Text(e.text, style=e.style))
+    return table
+
+
+def _side_by_side(left: RenderableType, right: RenderableType, ratio: tuple[int, int]) -> Table:
+    grid = Table.grid(expand=True, padding=(0, 1))
+    grid.add_column(ratio=ratio[0])
+    grid.add_column(ratio=ratio[1])
+    grid.add_row(left, right)
+    return grid
+
+
+# ---------------------------------------------------------------- the frame
+
+#: Below this width the four tables are stacked rather than two by two.
+_WIDE: Final = 140
+#: Lines a frame takes besides table rows: header 1, utilization 6, and 5 per row of tables.
+_FIXED_WIDE: Final = 7 + 2 * 5
+_FIXED_NARROW: Final = 7 + 4 * 5
+
+
+def render(
+    state: StateReply,
+    history: History,
+    events: Sequence[Event],
+    size: tuple[int, int | None],
+    *,
+    now: float | None = None,
+    view: View | None = None,
+) -> RenderableType:
+    """One frame for a screen of ``size`` = (width, height); height None = no limit (``--once``).
+
+    Wide screens get the tables two by two (agents | frameworks, tasks | events), narrow ones
+    stacked; the row counts shrink to what the height leaves room for."""
+    width, height = size
+    view = view or View()
+    now = time.time() if now is None else now
+    wide = width >= _WIDE
+    agent_rows, fw_rows, task_rows, event_rows = (
+        MAX_AGENT_ROWS,
+        MAX_AGENT_ROWS,
+        MAX_TASK_ROWS,
+        MAX_TASK_ROWS,
+    )
+    if height is not None and wide:
+        room = max(2, height - _FIXED_WIDE)
+        agent_rows = fw_rows = max(1, min(MAX_AGENT_ROWS, room // 2))
+        task_rows = event_rows = max(1, min(MAX_TASK_ROWS, room - agent_rows))
+    elif height is not None:
+        room = max(4, height - _FIXED_NARROW)
+        agent_rows = max(1, min(MAX_AGENT_ROWS, room * 2 // 5))
+        fw_rows = max(1, min(MAX_AGENT_ROWS, room // 5))
+        task_rows = max(1, min(MAX_TASK_ROWS, room // 5))
+        event_rows = max(1, room - agent_rows - fw_rows - task_rows)
+    hosts: dict[str, str] = {a.agent_id: a.hostname for a in state.agents}
+    task_counts: dict[str, int] = {}
+    for t in state.tasks:
+        if t.state in _ACTIVE_TASK or t.state in _PENDING_TASK:
+            task_counts[t.agent_id] = task_counts.get(t.agent_id, 0) + 1
+    sums = totals(state)
+    agents = _agents(state, agent_rows, view, task_counts)
+    frameworks = _frameworks(state, fw_rows, view)
+    tasks = _tasks(state, task_rows, view, hosts)
+    feed = _events(events, event_rows)
+    head = (_header(state, now, view), _utilization(sums, history, width))
+    if not wide:
+        return Group(*head, agents, frameworks, tasks, feed)
+    return Group(
+        *head, _side_by_side(agents, frameworks, (1, 1)), _side_by_side(tasks, feed, (1, 1))
+    )

@@ -1,0 +1,229 @@
+"""`agora top` without a master: the pure frame renderer, the snapshot diff, keys, and speed."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import time
+
+from agora.sdk.cli.main import build_parser
+from agora.sdk.cli.top import TopState, handle_key
+from agora.sdk.cli.top_render import (
+    History,
+    View,
+    bar,
+    diff_states,
+    render,
+    sparkline,
+    totals,
+)
+from agora.sdk.ids import AgentID, FrameworkID, TaskID
+from agora.sdk.messages import (
+    AgentSummary,
+    FrameworkSummary,
+    MasterInfo,
+    Reason,
+    StateReply,
+    TaskState,
+    TaskSummary,
+)
+from agora.sdk.resources import Resources
+from rich.console import Console
+
+NOW = 1_700_000_000.0
+MASTER = MasterInfo(master_id="m-1", address="tcp://127.0.0.1:5050", epoch=3)
+
+
+def _agent(n: int, *, alloc: str = "", status: str = "ACTIVE") -> AgentSummary:
+    return AgentSummary(
+        agent_id=AgentID(f"a-{n}"),
+        hostname=f"host-{n}",
+        port=5051,
+        status=status,
+        resources=Resources.parse("cpus:4;mem:4096;disk:1000"),
+        allocated=Resources.parse(alloc) if alloc else Resources(),
+    )
+
+
+def _task(tid: str, state: TaskState, ts: float, **kw: object) -> TaskSummary:
+    return TaskSummary(
+        task_id=TaskID(tid),
+        framework_id=FrameworkID("f-1"),
+        agent_id=AgentID("a-1"),
+        state=state,
+        timestamp=ts,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def _state() -> StateReply:
+    return StateReply(
+        master_info=MASTER,
+        agents=(_agent(1, alloc="cpus:3;mem:1024"), _agent(2, alloc="cpus:1")),
+        frameworks=(
+            FrameworkSummary(framework_id=FrameworkID("f-1"), name="spark", roles=("analytics",)),
+            FrameworkSummary(
+                framework_id=FrameworkID("f-2"), name="batchy", roles=("*",), connected=False
+            ),
+        ),
+        tasks=(
+            _task("t-run", TaskState.RUNNING, NOW - 5),
+            _task("t-stage", TaskState.STAGING, NOW - 4),
+            _task("t-done", TaskState.FINISHED, NOW - 3, exit_code=0),
+            _task("t-fail", TaskState.FAILED, NOW - 2, exit_code=2, message="boom"),
+            _task("t-kill", TaskState.KILLED, NOW - 1),
+        ),
+    )
+
+
+def _text(renderable: object, width: int = 160) -> str:
+    console = Console(record=True, width=width, color_system=None, file=io.StringIO())
+    console.print(renderable)
+    return console.export_text()
+
+
+def test_a_frame_shows_agents_frameworks_tasks_and_utilization() -> None:
+    state = _state()
+    history = History()
+    history.add(totals(state))
+    out = _text(render(state, history, [], (160, None), now=NOW))
+    for word in ("host-1", "host-2", "spark", "batchy", "analytics"):
+        assert word in out
+    for tid, st in (
+        ("t-run", "RUNNING"),
+        ("t-stage", "STAGING"),
+        ("t-done", "FINISHED"),
+        ("t-fail", "FAILED"),
+        ("t-kill", "KILLED"),
+    ):
+        assert tid in out and st in out
+    # 4 of 8 cpus, 1024 of 8192 mem, nothing of 2000 disk, no gpus
+    assert "4/8 (50%)" in out
+    assert "1024/8192 (12%)" in out
+    assert "0/2000 (0%)" in out
+    assert "0/0 (0%)" in out
+    assert "m-1" in out and "tcp://127.0.0.1:5050" in out and "epoch 3" in out
+    assert "agents 2" in out and "frameworks 2" in out and "tasks 5 (2 live)" in out
+
+
+def test_task_states_are_coloured() -> None:
+    console = Console(
+        record=True, width=160, color_system="truecolor", force_terminal=True, file=io.StringIO()
+    )
+    console.print(render(_state(), History(), [], (160, None), now=NOW))
+    styled = console.export_text(styles=True)
+    assert "\x1b[32mFINISHED" in styled  # green
+    assert "\x1b[31mFAILED" in styled  # red
+    assert "\x1b[33mKILLED" in styled  # yellow
+    assert "\x1b[36mRUNNING" in styled  # cyan
+
+
+def test_agents_are_sorted_by_allocated_share_and_capped_by_height() -> None:
+    state = dataclasses.replace(
+        _state(), agents=tuple(_agent(n, alloc=f"cpus:{n % 5}") for n in range(1, 50))
+    )
+    out = _text(render(state, History(), [], (160, 30), now=NOW))
+    assert "host-4 " in out  # a fully allocated one
+    assert "host-5 " not in out  # an idle one
+    assert "of 49" in out
+
+
+def test_filter_on_the_focused_table() -> None:
+    view = View(focus="tasks", filter="fail")
+    out = _text(render(_state(), History(), [], (160, None), now=NOW, view=view))
+    assert "t-fail" in out and "t-run" not in out
+    assert "host-1" in out and "host-2" in out  # other tables unfiltered
+
+
+def test_diff_reports_lost_agents_frameworks_and_task_outcomes() -> None:
+    before = _state()
+    after = dataclasses.replace(
+        before,
+        agents=(_agent(1, status="UNREACHABLE"),),
+        frameworks=(
+            dataclasses.replace(before.frameworks[0], connected=False),
+            dataclasses.replace(before.frameworks[1], active=False),
+        ),
+        tasks=(
+            _task(
+                "t-run",
+                TaskState.FAILED,
+                NOW,
+                reason=Reason.EXECUTOR_TERMINATED,
+                exit_code=137,
+                message="oom",
+            ),
+            _task("t-stage", TaskState.FINISHED, NOW, exit_code=0),
+            *before.tasks[2:],
+        ),
+    )
+    texts = [e.text for e in diff_states(before, after, NOW)]
+    assert "agent host-1 became UNREACHABLE" in texts
+    assert "agent host-2 removed" in texts
+    assert "framework spark disconnected" in texts
+    assert "framework batchy removed" in texts
+    assert "task t-run FAILED: EXECUTOR_TERMINATED, exit 137, oom" in texts
+    assert "task t-stage finished" in texts
+    assert not any("t-done" in t or "t-fail" in t for t in texts)  # unchanged
+    assert diff_states(None, after, NOW) == []
+    assert diff_states(after, after, NOW) == []
+
+
+def test_events_appear_in_the_frame() -> None:
+    top = TopState()
+    before = _state()
+    top.update(before, NOW)
+    top.update(dataclasses.replace(before, agents=before.agents[:1]), NOW + 1)
+    out = _text(render(top.state or before, top.history, top.events, (160, None), now=NOW))
+    assert "agent host-2 removed" in out
+    assert len(top.history.of("cpus")) == 2
+
+
+def test_history_keeps_the_last_60_samples_and_sparkline() -> None:
+    history = History()
+    state = _state()
+    for _ in range(100):
+        history.add(totals(state))
+    assert len(history.of("cpus")) == 60
+    assert sparkline([0.0, 0.5, 1.0]) == " ▄█"
+    assert bar(0.5, 10).plain == "█████░░░░░"
+
+
+def test_keys_quit_cycle_focus_and_filter() -> None:
+    top = TopState()
+    handle_key(top, "\t")
+    assert top.view.focus == "frameworks"
+    for key in "/spa":
+        handle_key(top, key)
+    assert (top.view.editing, top.view.filter) == (True, "spa")
+    handle_key(top, "q")  # typed into the filter, not a quit
+    handle_key(top, "\x7f")
+    handle_key(top, "\r")
+    assert (top.view.editing, top.view.filter, top.quit) == (False, "spa", False)
+    handle_key(top, "\x1b")
+    assert top.view.filter == ""
+    handle_key(top, "q")
+    assert top.quit
+
+
+def test_parser_knows_top() -> None:
+    args = build_parser().parse_args(["top", "--once", "--interval", "0.5"])
+    assert (args.once, args.interval, args.command) == (True, 0.5, "top")
+
+
+def test_a_frame_of_10000_agents_renders_fast() -> None:
+    agents = tuple(_agent(n, alloc=f"cpus:{n % 4};mem:{n % 4096}") for n in range(10_000))
+    tasks = tuple(
+        dataclasses.replace(_task(f"t-{n}", TaskState.RUNNING, NOW - n), agent_id=f"a-{n}")
+        for n in range(20_000)
+    )
+    state = dataclasses.replace(_state(), agents=agents, tasks=tasks)
+    top = TopState()
+    top.update(_state(), NOW)
+    t0 = time.perf_counter()
+    top.update(state, NOW + 1)  # diff + history, as each poll does
+    out = _text(render(state, top.history, top.events, (200, 60), now=NOW))
+    elapsed = time.perf_counter() - t0
+    print(f"10,000 agents / 20,000 tasks: diff + one frame in {elapsed * 1000:.0f} ms")
+    assert "of 10000" in out
+    assert elapsed < 2.0
