@@ -17,6 +17,10 @@ class AgentConfig:
     attributes: Mapping[str, str] = field(default_factory=dict)
     #: The agent's executor port, reported to the master in AgentInfo (0: unknown).
     port: int = 0
+    #: The agent's HTTP API port and the host it is reached at, reported in AgentInfo
+    #: (0 / "": no HTTP API).
+    http_port: int = 0
+    address: str = ""
     #: First retry delay of an unanswered (re-)registration, doubling up to the max. Each delay
     #: is spread over [delay/2, delay] by a hash of the hostname, so that many agents that lost
     #: the same master do not retry in lockstep.

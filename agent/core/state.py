@@ -164,6 +164,8 @@ class AgentState:
             resources=c.resources,
             attributes=dict(c.attributes),
             port=c.port,
+            http_port=c.http_port,
+            address=c.address,
             agent_id=self.agent_id,
         )
 

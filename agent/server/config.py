@@ -45,6 +45,24 @@ def _text(text: str) -> str:
     return text.strip()
 
 
+def _optional_port(text: str) -> int | None:
+    """``none``/``off`` for no HTTP server, else a TCP port (0: a free one)."""
+    text = text.strip().lower()
+    if text in ("none", "off"):
+        return None
+    try:
+        port = int(text)
+    except ValueError:
+        raise ValueError("expected a port number (0: any free port), or none/off") from None
+    if not 0 <= port <= 65_535:
+        raise ValueError("expected a port number in 0..65535")
+    return port
+
+
+def _optional_text(text: str) -> str | None:
+    return text.strip() or None
+
+
 def _path(text: str) -> str:
     value = text.strip()
     if not value:
@@ -133,6 +151,21 @@ OPTIONS: tuple[Option, ...] = (
         "the launch without root)",
         flag=True,
     ),
+    Option(
+        "http_port",
+        _optional_port,
+        0,
+        "serve the agent HTTP API (/health, /state, /files/read of task sandboxes) on this port "
+        "(0: any free port; none/off: no HTTP API)",
+    ),
+    Option("http_bind", _text, "127.0.0.1", "host/address the agent HTTP API listens on"),
+    Option(
+        "advertise_host",
+        _optional_text,
+        None,
+        "host/address clients reach the agent HTTP API at, reported to the master (None: the "
+        "--http-bind address, or 127.0.0.1 when that is a wildcard)",
+    ),
     Option("log_format", parse_choice(LOG_FORMATS), "console", "log format: console or json"),
     Option("log_level", parse_choice(LOG_LEVELS), "info", "log level: debug, info, warning, error"),
     Option(
@@ -163,6 +196,11 @@ class DaemonSettings:
     log_level: str
     curve_secret_key: str | None = None
     curve_server_key: str | None = None
+    #: None: no HTTP API; 0: any free port.
+    http_port: int | None = 0
+    http_bind: str = "127.0.0.1"
+    #: The host reported for the HTTP API (the daemon fills in the port once bound).
+    advertise_host: str = "127.0.0.1"
 
 
 def build(values: Mapping[str, Any]) -> tuple[AgentConfig, DaemonSettings]:
@@ -189,6 +227,12 @@ def build(values: Mapping[str, Any]) -> tuple[AgentConfig, DaemonSettings]:
         raise ConfigError("--registration-backoff-max must be >= --registration-backoff")
     if values["status_update_retry_max"] < values["status_update_retry"]:
         raise ConfigError("--status-update-retry-max must be >= --status-update-retry")
+    http_bind = values["http_bind"] or "127.0.0.1"
+    advertise = values["advertise_host"] or (
+        "127.0.0.1" if http_bind in ("0.0.0.0", "*", "::", "[::]") else http_bind
+    )
+    if len(advertise) > 255:
+        raise ConfigError("--advertise-host: at most 255 characters")
     config = AgentConfig(
         hostname=hostname,
         resources=resources,
@@ -212,5 +256,8 @@ def build(values: Mapping[str, Any]) -> tuple[AgentConfig, DaemonSettings]:
         log_level=values["log_level"],
         curve_secret_key=secret,
         curve_server_key=server,
+        http_port=values["http_port"],
+        http_bind=http_bind,
+        advertise_host=advertise,
     )
     return config, settings

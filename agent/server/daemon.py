@@ -35,6 +35,7 @@ from agora.agent.core import (
     ToMaster,
 )
 from agora.agent.server.config import DaemonSettings, option_env_names
+from agora.agent.server.http import make_app, start_http
 from agora.agent.server.processes import (
     ExecutorProcesses,
     LaunchError,
@@ -45,6 +46,7 @@ from agora.agent.server.processes import (
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID
 from agora.sdk.messages import Error, Message, UnregisterAgent
 from agora.sdk.transport import CurveClient, Received, TransportClosed, ZmqClient, ZmqServer
+from aiohttp import web
 
 __all__ = ["TICK_INTERVAL", "AgentDaemon", "advertised_endpoint"]
 
@@ -101,6 +103,8 @@ class AgentDaemon:
         self._server: ZmqServer | None = None
         self._processes: ExecutorProcesses | None = None
         self._endpoint = ""
+        self._http: web.AppRunner | None = None
+        self._http_port = 0
         self._drop_env = option_env_names()
         self.bad_frames = 0
 
@@ -111,6 +115,11 @@ class AgentDaemon:
     @property
     def executor_endpoint(self) -> str:
         return self._endpoint
+
+    @property
+    def http_port(self) -> int:
+        """The bound port of the HTTP API (0: none)."""
+        return self._http_port
 
     # ---- life cycle ------------------------------------------------------------------------
 
@@ -128,7 +137,29 @@ class AgentDaemon:
             log.error("executor_bind_failed", endpoint=self._settings.executor_bind, error=str(exc))
             return 1
         self._endpoint = advertised_endpoint(self._server.endpoint)
-        self._config = replace(self._config, port=_port_of(self._endpoint))
+        if self._settings.http_port is not None:
+            # Before registering: the master learns the bound port in AgentInfo.
+            app = make_app(lambda: self._core, self._work_dir)
+            try:
+                self._http, self._http_port = await start_http(
+                    app, self._settings.http_bind, self._settings.http_port
+                )
+            except OSError as exc:
+                log.error(
+                    "http_bind_failed",
+                    host=self._settings.http_bind,
+                    port=self._settings.http_port,
+                    error=str(exc),
+                )
+                self._server.close()
+                return 1
+            log.info("http_listening", host=self._settings.http_bind, port=self._http_port)
+        self._config = replace(
+            self._config,
+            port=_port_of(self._endpoint),
+            http_port=self._http_port,
+            address=self._settings.advertise_host if self._http_port else "",
+        )
         self._core = Agent(self._config)
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._signalled, sig.name)
@@ -179,6 +210,11 @@ class AgentDaemon:
                 self._client.close()
             if self._server is not None:
                 self._server.close()
+            if self._http is not None:
+                try:
+                    await self._http.cleanup()
+                except Exception:
+                    log.exception("http_shutdown_failed")
         log.info("agent_stopped", reason=self._stop_reason, status=self._exit_code)
         return self._exit_code
 

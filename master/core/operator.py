@@ -71,6 +71,8 @@ def _agent(st: MasterState, agent: Agent) -> AgentSummary:
         agent_id=agent.agent_id,
         hostname=agent.info.hostname,
         port=agent.info.port,
+        http_port=agent.info.http_port,
+        address=agent.info.address,
         status=agent.status.value,
         resources=total,
         allocated=allocated,

@@ -89,6 +89,8 @@ def _agent(a: AgentSummary) -> dict[str, Any]:
         "id": a.agent_id,
         "hostname": a.hostname,
         "port": a.port,
+        "http_port": a.http_port,
+        "address": a.address,
         "status": a.status,
         "resources": a.resources.to_dict(),
         "allocated": a.allocated.to_dict(),

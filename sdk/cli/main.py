@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import structlog
-from agora.sdk.cli import keys, kill, local, run, show, top
+from agora.sdk.cli import keys, kill, local, logs, run, show, top
 from agora.sdk.cli.common import CliError
 from agora.sdk.logs import configure_logging
 
@@ -26,6 +26,7 @@ examples:
   agora state --json | jq '.agents[].hostname'
   agora top                              # a live console of the cluster; q quits
   agora kill agora-run-1a2b3c4d
+  agora logs --follow agora-run-1a2b3c4d # a task's stdout, through its agent (--stderr)
 
 With CURVE on at the master, the commands that talk to it take --curve-secret-key FILE (this
 client's NAME.key_secret) and --curve-server-key FILE (the master's public key), else
@@ -45,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_parser(sub)
     show.add_parsers(sub)
     kill.add_parser(sub)
+    logs.add_parser(sub)
     top.add_parser(sub)
     keys.add_parser(sub)
     return parser

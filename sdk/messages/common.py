@@ -77,6 +77,10 @@ class AgentInfo(Record):
     resources: Resources
     attributes: Mapping[str, str] = field(default_factory=dict)
     port: Annotated[int, Range(0, 65_535)] = 0
+    #: The agent's HTTP API (task sandbox files, /state) at ``address:http_port`` (0: none).
+    http_port: Annotated[int, Range(0, 65_535)] = 0
+    #: Host or address the agent's HTTP API is reached at ("": unknown).
+    address: ShortStr = ""
     agent_id: AgentID | None = None
 
 

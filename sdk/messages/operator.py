@@ -30,6 +30,10 @@ class AgentSummary(Record):
     agent_id: AgentID
     hostname: ShortStr
     port: Annotated[int, Range(0, 65_535)] = 0
+    #: The agent's HTTP API (``agora logs`` reads task files there) at ``address:http_port``;
+    #: http_port 0: the agent serves no HTTP.
+    http_port: Annotated[int, Range(0, 65_535)] = 0
+    address: ShortStr = ""
     #: ACTIVE or UNREACHABLE.
     status: ShortStr
     resources: Resources

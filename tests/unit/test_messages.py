@@ -123,7 +123,15 @@ SPEC_RECORD_FIELDS: dict[str, tuple[str, ...]] = {
         "framework_id",
         "checkpoint",
     ),
-    "AgentInfo": ("hostname", "resources", "attributes", "port", "agent_id"),
+    "AgentInfo": (
+        "hostname",
+        "resources",
+        "attributes",
+        "port",
+        "http_port",
+        "address",
+        "agent_id",
+    ),
     "CommandInfo": ("value", "argv", "shell", "environment", "user", "uris"),
     "ExecutorInfo": ("executor_id", "framework_id", "command", "resources", "name"),
     "TaskInfo": (

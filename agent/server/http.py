@@ -1,0 +1,261 @@
+"""The agent HTTP API: a read-only JSON view of the agent and its tasks' output files.
+
+Served by aiohttp in the daemon's own event loop (``--http-port``, default: any free port; the
+bound port and ``--advertise-host`` go to the master in AgentInfo, so that ``agora logs`` can
+find it). Handlers read the core synchronously, between two core calls.
+
+- ``GET /health``: ``{"status": "ok"}``.
+- ``GET /state``: agent id, registered, frameworks, executors, tasks with their state.
+- ``GET /files/read?task=ID&file=stdout|stderr&offset=N&length=N[&framework=ID]``: up to
+  ``length`` (at most 1 MiB) bytes of the task's file from ``offset``, as
+  ``{"data": text, "offset": N, "next_offset": N, "eof_offset": size}``. ``data`` is UTF-8 with
+  replacement characters; a multi-byte character cut at the end of the chunk is left for the next
+  read, so read on from ``next_offset`` (not ``offset + len(data)``). The task's sandbox is
+  ``<work dir>/frameworks/<fid>/executors/<eid>/tasks/<tid>/`` (command tasks; found through the
+  core, or on disk once the core has forgotten the task). Only ``stdout`` and ``stderr`` can be
+  read; ids are checked like task ids, and a symlink is never followed.
+"""
+
+from __future__ import annotations
+
+import codecs
+import glob
+import os
+import stat
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+import structlog
+from agora.agent.core import Agent
+from agora.sdk.ids import id_problem
+from aiohttp import web
+
+__all__ = [
+    "FILES",
+    "MAX_READ",
+    "FileReadError",
+    "find_sandbox",
+    "make_app",
+    "read_task_file",
+    "start_http",
+    "state_json",
+]
+
+log = structlog.get_logger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+#: The sandbox files that can be read.
+FILES: Final = ("stdout", "stderr")
+#: Longest read, in bytes.
+MAX_READ: Final = 1 << 20
+
+
+class FileReadError(Exception):
+    """A read that cannot be served: ``status`` is the HTTP status (400 or 404)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def state_json(core: Agent) -> dict[str, Any]:
+    """The ``/state`` document, as plain JSON values."""
+    st = core.state
+    return {
+        "agent_id": st.agent_id,
+        "registered": st.registered,
+        "hostname": st.config.hostname,
+        "frameworks": [
+            {
+                "id": fw.framework_id,
+                "name": fw.info.name,
+                "terminating": fw.terminating,
+                "executors": sorted(fw.executors),
+                "tasks": sorted(fw.tasks),
+            }
+            for fw in st.frameworks.values()
+        ],
+        "executors": [
+            {
+                "id": ex.executor_id,
+                "framework_id": ex.framework_id,
+                "state": ex.state.value,
+                "builtin": ex.builtin,
+                "sandbox": ex.sandbox,
+                "tasks": sorted(ex.tasks),
+            }
+            for ex in st.executors.values()
+        ],
+        "tasks": [
+            {
+                "id": task.info.task_id,
+                "name": task.info.name,
+                "framework_id": task.framework_id,
+                "executor_id": task.executor_id,
+                "state": task.state.value,
+                "sandbox": f"frameworks/{task.framework_id}/executors/{task.executor_id}"
+                f"/tasks/{task.info.task_id}",
+            }
+            for task in st.tasks.values()
+        ],
+    }
+
+
+def find_sandbox(
+    work_dir: str, core: Agent | None, task_id: str, framework_id: str | None = None
+) -> str:
+    """The task's sandbox directory under ``work_dir``; raises FileReadError (400/404)."""
+    for what, value in (("task", task_id), ("framework", framework_id)):
+        if value is not None:
+            problem = id_problem(value)
+            if problem is not None:
+                raise FileReadError(400, f"bad {what} id: {problem}")
+    candidates: list[str] = []
+    if core is not None:
+        for task in core.state.tasks.values():
+            if task.info.task_id != task_id:
+                continue
+            if framework_id is not None and task.framework_id != framework_id:
+                continue
+            candidates.append(
+                os.path.join(
+                    work_dir,
+                    "frameworks",
+                    task.framework_id,
+                    "executors",
+                    task.executor_id,
+                    "tasks",
+                    task_id,
+                )
+            )
+    found = [c for c in candidates if os.path.isdir(c)]
+    if not found:
+        # Finished tasks the core has forgotten: their sandboxes stay on disk.
+        fw = glob.escape(framework_id) if framework_id is not None else "*"
+        pattern = os.path.join(
+            glob.escape(work_dir), "frameworks", fw, "executors", "*", "tasks", glob.escape(task_id)
+        )
+        found = [p for p in glob.glob(pattern) if os.path.isdir(p)]
+    if not found:
+        raise FileReadError(404, f"no sandbox of task {task_id!r} on this agent")
+    root = os.path.realpath(work_dir)
+    inside = []
+    for path in found:
+        real = os.path.realpath(path)
+        if os.path.commonpath([root, real]) == root:
+            inside.append(real)
+    if not inside:
+        raise FileReadError(404, f"no sandbox of task {task_id!r} on this agent")
+    # The same task id under several executors or frameworks: the newest sandbox.
+    return max(inside, key=_mtime)
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return 0.0
+
+
+def read_task_file(
+    sandbox: str, name: str, offset: int = 0, length: int = MAX_READ
+) -> dict[str, Any]:
+    """Up to ``length`` bytes (capped at MAX_READ) of ``sandbox/name`` from ``offset``."""
+    if name not in FILES:
+        raise FileReadError(400, f"file must be one of {', '.join(FILES)}")
+    if offset < 0 or length < 0:
+        raise FileReadError(400, "offset and length must be >= 0")
+    length = min(length, MAX_READ)
+    try:
+        fd = os.open(os.path.join(sandbox, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise FileReadError(404, f"no {name} in the task's sandbox") from None
+    except OSError as exc:
+        raise FileReadError(404, f"cannot open {name}: {exc.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise FileReadError(404, f"{name} is not a regular file")
+        size = info.st_size
+        raw = os.pread(fd, length, offset) if length and offset < size else b""
+    finally:
+        os.close(fd)
+    end = offset + len(raw)
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    # A character cut at the end of the chunk waits for the next read, unless nothing follows.
+    text = decoder.decode(raw, final=end >= size)
+    pending = len(decoder.getstate()[0])
+    if pending and pending == len(raw):
+        text, pending = raw.decode("utf-8", "replace"), 0  # never return an empty chunk forever
+    return {"data": text, "offset": offset, "next_offset": end - pending, "eof_offset": size}
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """JSON errors; a failing handler answers 500 and never takes the agent down."""
+    try:
+        return await handler(request)
+    except FileReadError as exc:
+        return web.json_response({"error": str(exc), "path": request.path}, status=exc.status)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return web.json_response({"error": exc.reason, "path": request.path}, status=exc.status)
+    except Exception:
+        log.exception("http_handler_failed", path=request.path)
+        return web.json_response({"error": "internal error", "path": request.path}, status=500)
+
+
+def _int_param(request: web.Request, name: str, default: int) -> int:
+    text = request.query.get(name)
+    if text is None or text == "":
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise FileReadError(400, f"{name} must be a whole number") from None
+
+
+def make_app(core: Callable[[], Agent | None], work_dir: str) -> web.Application:
+    """The agent app; ``core()`` is the daemon's current core (None: none yet)."""
+
+    async def health(_: web.Request) -> web.StreamResponse:
+        return web.json_response({"status": "ok"})
+
+    async def state(_: web.Request) -> web.StreamResponse:
+        agent = core()
+        if agent is None:
+            return web.json_response({"error": "starting"}, status=503)
+        return web.json_response(state_json(agent))
+
+    async def files_read(request: web.Request) -> web.StreamResponse:
+        task_id = request.query.get("task")
+        if task_id is None:
+            raise FileReadError(400, "task is required")
+        name = request.query.get("file", "stdout")
+        if name not in FILES:
+            raise FileReadError(400, f"file must be one of {', '.join(FILES)}")
+        offset = _int_param(request, "offset", 0)
+        length = _int_param(request, "length", MAX_READ)
+        sandbox = find_sandbox(work_dir, core(), task_id, request.query.get("framework"))
+        return web.json_response(read_task_file(sandbox, name, offset, length))
+
+    app = web.Application(middlewares=[_errors])
+    app.router.add_get("/health", health)
+    app.router.add_get("/state", state)
+    app.router.add_get("/files/read", files_read)
+    return app
+
+
+async def start_http(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
+    """Listen on ``host:port`` (0: any free port); the runner (``cleanup()`` it) and the port."""
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    return runner, int(runner.addresses[0][1])

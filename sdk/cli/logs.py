@@ -1,0 +1,163 @@
+"""``agora logs TASK_ID``: a task's stdout (or stderr), read from its agent's HTTP API.
+
+The master's state (GET_STATE) names the task's agent, and the agent's AgentSummary its HTTP API
+(``address`` and ``http_port``, reported by the agent at registration). The file is read in
+chunks through the agent's ``/files/read``; ``--follow`` keeps polling every 0.5 s until the task
+is terminal and everything is read (or Ctrl-C, which exits 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any, Final
+
+from agora.sdk.cli.common import (
+    CliError,
+    add_master_options,
+    ask_master,
+    resolve_curve,
+    resolve_master,
+)
+from agora.sdk.messages import AgentSummary, StateReply, TaskSummary
+from agora.sdk.messages.enums import is_terminal
+from agora.sdk.transport import CurveClient
+
+__all__ = ["add_parser", "agent_url", "cmd_logs"]
+
+POLL_INTERVAL: Final = 0.5
+CHUNK: Final = 1 << 20
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    logs = sub.add_parser(
+        "logs",
+        help="print a task's stdout or stderr",
+        description="Print a task's stdout (or --stderr) from its sandbox, read through its "
+        "agent's HTTP API (agent option --http-port). With --follow, keep printing new output "
+        "until the task ends (or Ctrl-C).",
+    )
+    logs.add_argument("task_id", metavar="TASK_ID")
+    logs.add_argument("--stderr", action="store_true", help="the task's stderr, not its stdout")
+    logs.add_argument(
+        "-f", "--follow", action="store_true", help="keep printing new output until the task ends"
+    )
+    logs.add_argument(
+        "--framework",
+        metavar="ID",
+        help="the task's framework, when several frameworks have a task with this id",
+    )
+    add_master_options(logs)
+    logs.set_defaults(func=cmd_logs)
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    try:
+        return asyncio.run(_logs(args))
+    except KeyboardInterrupt:
+        if args.follow:
+            return 0
+        raise
+
+
+def agent_url(agent: AgentSummary) -> str:
+    """The base URL of ``agent``'s HTTP API; CliError when it serves none."""
+    if not agent.http_port:
+        raise CliError(f"agent {agent.agent_id} ({agent.hostname}) serves no HTTP API")
+    host = agent.address or agent.hostname
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{agent.http_port}"
+
+
+def _find_task(state: StateReply, task_id: str, framework_id: str | None) -> TaskSummary | None:
+    found = [
+        t
+        for t in state.tasks
+        if t.task_id == task_id and (framework_id is None or t.framework_id == framework_id)
+    ]
+    frameworks = {t.framework_id for t in found}
+    if len(frameworks) > 1:
+        raise CliError(
+            f"task {task_id} exists in several frameworks ({', '.join(sorted(frameworks))}); "
+            "pick one with --framework"
+        )
+    return found[0] if found else None  # live tasks come first
+
+
+async def _state(args: argparse.Namespace, master: str, curve: CurveClient | None) -> StateReply:
+    timeout: float = args.timeout
+    return await ask_master(master, timeout, lambda c: c.get_state(timeout=timeout), curve)
+
+
+def _get(url: str, timeout: float) -> tuple[int, dict[str, Any]]:
+    """(status, JSON body) of a GET; CliError when the agent cannot be reached."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as reply:
+            return reply.status, json.loads(reply.read())
+    except urllib.error.HTTPError as exc:
+        try:
+            body = json.loads(exc.read())
+        except ValueError:
+            body = {"error": exc.reason}
+        return exc.code, body if isinstance(body, dict) else {"error": str(body)}
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        where = url.split("/files")[0]
+        raise CliError(f"cannot read from the agent at {where}: {reason}") from None
+
+
+async def _logs(args: argparse.Namespace) -> int:
+    master = resolve_master(args)
+    curve = resolve_curve(args)
+    timeout: float = args.timeout
+    task_id: str = args.task_id
+    framework_id: str | None = args.framework
+    name = "stderr" if args.stderr else "stdout"
+    state = await _state(args, master, curve)
+    task = _find_task(state, task_id, framework_id)
+    if task is None:
+        raise CliError(f"no task {task_id} known to the master")
+    agents = {a.agent_id: a for a in state.agents}
+    agent = agents.get(task.agent_id)
+    if agent is None:
+        raise CliError(f"the agent {task.agent_id} of task {task_id} is gone")
+    base = agent_url(agent)
+    offset = 0
+    terminal = is_terminal(task.state)
+    while True:
+        query = urllib.parse.urlencode(
+            {
+                "task": task_id,
+                "file": name,
+                "offset": offset,
+                "length": CHUNK,
+                "framework": task.framework_id,
+            }
+        )
+        status, body = await asyncio.to_thread(_get, f"{base}/files/read?{query}", timeout)
+        if status == 200:
+            data = str(body.get("data", ""))
+            if data:
+                sys.stdout.write(data)
+                sys.stdout.flush()
+            new_offset = int(body.get("next_offset", offset + len(data.encode())))
+            eof = int(body.get("eof_offset", new_offset))
+            progressed, offset = new_offset > offset, new_offset
+            if offset < eof and progressed:
+                continue  # more is there already
+        elif status == 404 and args.follow and not terminal:
+            pass  # the sandbox may not exist yet
+        else:
+            raise CliError(f"the agent refused: {body.get('error', status)} (HTTP {status})")
+        if not args.follow or terminal:
+            return 0
+        await asyncio.sleep(POLL_INTERVAL)
+        now = _find_task(await _state(args, master, curve), task_id, task.framework_id)
+        # Ended (or forgotten by the master): one more read drains what it wrote last.
+        terminal = now is None or is_terminal(now.state)
