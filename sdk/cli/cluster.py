@@ -29,11 +29,21 @@ _POLL = 0.05  # seconds between looks at a file or the master's state while star
 _AGENT_GRACE = 15.0  # an agent stops its executors (and their tasks) before it exits
 _MASTER_GRACE = 5.0
 _SWEEP_GRACE = 3.0
-#: CURVE settings the daemons would take from the environment. The local cluster runs with CURVE
-#: off, and $AGORA_CURVE_SECRET_KEY / $AGORA_CURVE_SERVER_KEY may well be set for the CLI's own use
-#: (the master would read the first as its own secret key, the agents both as theirs).
-_CURVE_ENV = frozenset(
-    {"AGORA_CURVE_SECRET_KEY", "AGORA_CURVE_SERVER_KEY", "AGORA_CURVE_AUTHORIZED_KEYS", "AGORA_ACL"}
+#: Settings the daemons would take from the environment but must not, here. The local cluster
+#: runs with CURVE off, and $AGORA_CURVE_SECRET_KEY / $AGORA_CURVE_SERVER_KEY may well be set for
+#: the CLI's own use (the master would read the first as its own secret key, the agents both as
+#: theirs). The HTTP settings name one port and address, which several daemons on one host
+#: cannot all take: each agent picks a free port instead.
+_DAEMON_ENV = frozenset(
+    {
+        "AGORA_CURVE_SECRET_KEY",
+        "AGORA_CURVE_SERVER_KEY",
+        "AGORA_CURVE_AUTHORIZED_KEYS",
+        "AGORA_ACL",
+        "AGORA_HTTP_PORT",
+        "AGORA_HTTP_BIND",
+        "AGORA_ADVERTISE_HOST",
+    }
 )
 
 
@@ -158,7 +168,7 @@ class LocalCluster:
             with open(child.log, "ab") as log:
                 child.proc = await asyncio.create_subprocess_exec(
                     *argv,
-                    env={k: v for k, v in os.environ.items() if k not in _CURVE_ENV},
+                    env={k: v for k, v in os.environ.items() if k not in _DAEMON_ENV},
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,

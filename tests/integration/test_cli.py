@@ -74,10 +74,11 @@ class Local:
             raise
 
 
-def start_local(tmp: Path, agents: int = 2) -> Local:
+def start_local(tmp: Path, agents: int = 2, extra_env: dict[str, str] | None = None) -> Local:
     home, work = tmp / "home", tmp / "work"
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGORA_")}
     env["AGORA_HOME"] = str(home)
+    env.update(extra_env or {})
     stderr_path = tmp / "local.stderr"
     with open(stderr_path, "wb") as err:
         proc = subprocess.Popen(
@@ -295,6 +296,34 @@ def test_an_unreachable_master_is_one_line_and_exit_1(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------ stopping
+
+
+def test_local_ignores_daemon_settings_meant_for_one_daemon_or_the_cli(tmp_path: Path) -> None:
+    """One HTTP port cannot serve two agents, and the CLI's CURVE keys are not the daemons'."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    extra = {
+        "AGORA_HTTP_PORT": str(port),
+        "AGORA_CURVE_SECRET_KEY": str(tmp_path / "cli.key_secret"),
+        "AGORA_CURVE_SERVER_KEY": str(tmp_path / "master.key"),
+    }
+    local = start_local(tmp_path, extra_env=extra)
+    try:
+        clean = {k: v for k, v in local.env.items() if not k.startswith("AGORA_CURVE")}
+        done = subprocess.run(
+            [*AGORA, "agents", "--json", "--master", local.endpoint],
+            env=clean,
+            capture_output=True,
+            text=True,
+            timeout=CMD_TIMEOUT,
+        )
+        assert done.returncode == 0, done.stderr
+        agents = json.loads(done.stdout)
+        ports = {a["http_port"] for a in agents}
+        assert len(agents) == 2 and len(ports) == 2 and 0 not in ports
+    finally:
+        _kill_everything(local)
 
 
 def test_sigterm_to_local_leaves_no_process_behind(tmp_path: Path) -> None:
