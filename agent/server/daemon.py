@@ -35,7 +35,7 @@ from agora.agent.core import (
     ToMaster,
 )
 from agora.agent.server.config import DaemonSettings, option_env_names
-from agora.agent.server.http import make_app, start_http
+from agora.agent.server.http import make_app
 from agora.agent.server.processes import (
     ExecutorProcesses,
     LaunchError,
@@ -43,6 +43,7 @@ from agora.agent.server.processes import (
     executor_environment,
     resolve_sandbox,
 )
+from agora.sdk.httpd import start_http
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID
 from agora.sdk.messages import Error, Message, UnregisterAgent
 from agora.sdk.transport import CurveClient, Received, TransportClosed, ZmqClient, ZmqServer
@@ -141,7 +142,7 @@ class AgentDaemon:
             # Before registering: the master learns the bound port in AgentInfo.
             app = make_app(lambda: self._core, self._work_dir)
             try:
-                self._http, self._http_port = await start_http(
+                self._http, _, self._http_port = await start_http(
                     app, self._settings.http_bind, self._settings.http_port
                 )
             except OSError as exc:

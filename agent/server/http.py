@@ -22,11 +22,11 @@ import codecs
 import glob
 import os
 import stat
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, Final
 
-import structlog
 from agora.agent.core import Agent
+from agora.sdk.httpd import HttpError, json_errors
 from agora.sdk.ids import id_problem
 from aiohttp import web
 
@@ -37,13 +37,8 @@ __all__ = [
     "find_sandbox",
     "make_app",
     "read_task_file",
-    "start_http",
     "state_json",
 ]
-
-log = structlog.get_logger(__name__)
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 #: The sandbox files that can be read.
 FILES: Final = ("stdout", "stderr")
@@ -51,12 +46,8 @@ FILES: Final = ("stdout", "stderr")
 MAX_READ: Final = 1 << 20
 
 
-class FileReadError(Exception):
+class FileReadError(HttpError):
     """A read that cannot be served: ``status`` is the HTTP status (400 or 404)."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 def state_json(core: Agent) -> dict[str, Any]:
@@ -191,22 +182,6 @@ def read_task_file(
     return {"data": text, "offset": offset, "next_offset": end - pending, "eof_offset": size}
 
 
-@web.middleware
-async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """JSON errors; a failing handler answers 500 and never takes the agent down."""
-    try:
-        return await handler(request)
-    except FileReadError as exc:
-        return web.json_response({"error": str(exc), "path": request.path}, status=exc.status)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        return web.json_response({"error": exc.reason, "path": request.path}, status=exc.status)
-    except Exception:
-        log.exception("http_handler_failed", path=request.path)
-        return web.json_response({"error": "internal error", "path": request.path}, status=500)
-
-
 def _int_param(request: web.Request, name: str, default: int) -> int:
     text = request.query.get(name)
     if text is None or text == "":
@@ -241,21 +216,8 @@ def make_app(core: Callable[[], Agent | None], work_dir: str) -> web.Application
         sandbox = find_sandbox(work_dir, core(), task_id, request.query.get("framework"))
         return web.json_response(read_task_file(sandbox, name, offset, length))
 
-    app = web.Application(middlewares=[_errors])
+    app = web.Application(middlewares=[json_errors])
     app.router.add_get("/health", health)
     app.router.add_get("/state", state)
     app.router.add_get("/files/read", files_read)
     return app
-
-
-async def start_http(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
-    """Listen on ``host:port`` (0: any free port); the runner (``cleanup()`` it) and the port."""
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, host, port)
-        await site.start()
-    except BaseException:
-        await runner.cleanup()
-        raise
-    return runner, int(runner.addresses[0][1])

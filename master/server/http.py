@@ -11,23 +11,19 @@ Served by aiohttp in the daemon's own event loop. Handlers read the core synchro
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any
 
-import structlog
 from agora.master.allocator import AllocatorError
 from agora.master.core import Master
 from agora.master.core.operator import snapshot
 from agora.master.server.metrics import DaemonStats, count, make_registry
+from agora.sdk.httpd import json_errors
+from agora.sdk.httpd import start_http as listen
 from agora.sdk.messages import AgentSummary, FrameworkSummary, TaskSummary
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 __all__ = ["make_app", "start_http", "state_json", "summary_json"]
-
-log = structlog.get_logger(__name__)
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def state_json(core: Master, stats: DaemonStats) -> dict[str, Any]:
@@ -132,20 +128,6 @@ def _task(t: TaskSummary) -> dict[str, Any]:
     }
 
 
-@web.middleware
-async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """JSON errors; a failing handler answers 500 and never takes the master down."""
-    try:
-        return await handler(request)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        return web.json_response({"error": exc.reason, "path": request.path}, status=exc.status)
-    except Exception:
-        log.exception("http_handler_failed", path=request.path)
-        return web.json_response({"error": "internal error", "path": request.path}, status=500)
-
-
 def make_app(core: Master, stats: DaemonStats) -> web.Application:
     """The operator app around ``core``; metrics go to a registry of this app's own."""
     registry = make_registry(core, stats)
@@ -163,7 +145,7 @@ def make_app(core: Master, stats: DaemonStats) -> web.Application:
         body = generate_latest(registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
-    app = web.Application(middlewares=[_errors])
+    app = web.Application(middlewares=[json_errors])
     app.router.add_get("/health", health)
     app.router.add_get("/state", state)
     app.router.add_get("/state/summary", summary)
@@ -173,14 +155,6 @@ def make_app(core: Master, stats: DaemonStats) -> web.Application:
 
 async def start_http(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, str]:
     """Listen on ``host:port`` (0: ephemeral); the runner (``cleanup()`` it) and the base URL."""
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, host, port)
-        await site.start()
-    except BaseException:
-        await runner.cleanup()
-        raise
-    bound_host, bound_port = runner.addresses[0][:2]
+    runner, bound_host, bound_port = await listen(app, host, port)
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     return runner, f"http://{shown}:{bound_port}"

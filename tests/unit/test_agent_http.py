@@ -150,14 +150,14 @@ def served(work: Path) -> Iterator[str]:
     """A real listening server (start_http), for one plain urllib request."""
     import threading
 
-    from agora.agent.server.http import start_http
+    from agora.sdk.httpd import start_http
 
     loop = asyncio.new_event_loop()
     started: dict[str, Any] = {}
     ready = threading.Event()
 
     async def serve() -> None:
-        runner, port = await start_http(make_app(lambda: None, str(work)), "127.0.0.1", 0)
+        runner, _, port = await start_http(make_app(lambda: None, str(work)), "127.0.0.1", 0)
         started["runner"], started["port"] = runner, port
         ready.set()
 
