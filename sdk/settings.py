@@ -26,6 +26,7 @@ __all__ = [
     "parse_duration",
     "parse_endpoint",
     "parse_optional_float",
+    "parse_port",
     "parse_positive_duration",
 ]
 
@@ -98,6 +99,17 @@ def parse_choice(choices: Sequence[str]) -> Callable[[str], str]:
         return value
 
     return parse
+
+
+def parse_port(text: str) -> int:
+    """A TCP port, 0..65535 (0: let the system pick a free one)."""
+    try:
+        port = int(text.strip())
+    except ValueError:
+        raise ValueError("expected a port number (0: any free port)") from None
+    if not 0 <= port <= 65_535:
+        raise ValueError("expected a port number in 0..65535")
+    return port
 
 
 def parse_optional_float(text: str) -> float | None:

@@ -17,6 +17,7 @@ from agora.sdk.settings import (
     parse_choice,
     parse_duration,
     parse_endpoint,
+    parse_port,
     parse_positive_duration,
 )
 
@@ -47,16 +48,7 @@ def _text(text: str) -> str:
 
 def _optional_port(text: str) -> int | None:
     """``none``/``off`` for no HTTP server, else a TCP port (0: a free one)."""
-    text = text.strip().lower()
-    if text in ("none", "off"):
-        return None
-    try:
-        port = int(text)
-    except ValueError:
-        raise ValueError("expected a port number (0: any free port), or none/off") from None
-    if not 0 <= port <= 65_535:
-        raise ValueError("expected a port number in 0..65535")
-    return port
+    return None if text.strip().lower() in ("none", "off") else parse_port(text)
 
 
 def _optional_text(text: str) -> str | None:

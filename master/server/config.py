@@ -40,6 +40,7 @@ from agora.sdk.settings import (
     parse_duration,
     parse_endpoint,
     parse_optional_float,
+    parse_port,
 )
 
 __all__ = [
@@ -104,16 +105,7 @@ def _path(text: str) -> Path:
 
 def _optional_port(text: str) -> int | None:
     """``none``/``off``/empty for no HTTP server, else a TCP port (0: an ephemeral one)."""
-    text = text.strip().lower()
-    if text in ("", "none", "off"):
-        return None
-    try:
-        port = int(text)
-    except ValueError:
-        raise ValueError("expected a port number (0: ephemeral), or none") from None
-    if not 0 <= port <= 65_535:
-        raise ValueError("expected a port number in 0..65535")
-    return port
+    return None if text.strip().lower() in ("", "none", "off") else parse_port(text)
 
 
 def _host(text: str) -> str:
