@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -38,6 +34,7 @@ from agora.sdk.messages import (
 from agora.sdk.messages.operator import GetState, OperatorKill, StateReply
 from agora.sdk.resources import Resources
 from agora.sdk.transport import CurveClient, ZmqClient, generate_keypair
+from support.master_process import clean_env, master_process
 from support.polling import wait_for
 
 M = TypeVar("M", bound=Message)
@@ -50,76 +47,8 @@ AGENT_RESOURCES = Resources.parse("cpus:4;mem:4096")
 # ---- fixtures and helpers -----------------------------------------------------------------
 
 
-@dataclass
-class MasterProcess:
-    proc: subprocess.Popen[bytes]
-    endpoint: str
-    endpoint_file: Path
-    log_file: Path
-
-    def log_events(self) -> list[dict[str, Any]]:
-        events = []
-        for line in self.log_file.read_text().splitlines():
-            try:
-                events.append(json.loads(line))
-            except ValueError:
-                continue
-        return events
-
-
-def _clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGORA_")}
-    env.update(extra or {})
-    return env
-
-
 def _wait_for(predicate: Callable[[], T | None], what: str, timeout: float = DEADLINE) -> T:
     return wait_for(predicate, timeout, what)
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.kill()
-    proc.wait(timeout=DEADLINE)
-
-
-@contextmanager
-def master_process(
-    tmp_path: Path,
-    *args: str,
-    env: dict[str, str] | None = None,
-    name: str = "master",
-) -> Iterator[MasterProcess]:
-    """Start ``python -m agora.master.server`` on an ephemeral port; kill it on the way out."""
-    endpoint_file = tmp_path / f"{name}.endpoint"
-    log_file = tmp_path / f"{name}.log"
-    argv = [
-        sys.executable,
-        "-m",
-        "agora.master.server",
-        "--bind",
-        "tcp://127.0.0.1:0",
-        "--endpoint-file",
-        str(endpoint_file),
-        "--work-dir",
-        str(tmp_path / f"{name}-work"),
-        "--log-format",
-        "json",
-        *args,
-    ]
-    with log_file.open("wb") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=log, env=_clean_env(env))
-    try:
-
-        def bound() -> str | None:
-            if proc.poll() is not None:
-                raise AssertionError(f"master exited {proc.returncode}: {log_file.read_text()}")
-            return (endpoint_file.exists() and endpoint_file.read_text().strip()) or None
-
-        endpoint = _wait_for(bound, "the master's endpoint file")
-        yield MasterProcess(proc, endpoint, endpoint_file, log_file)
-    finally:
-        _stop(proc)
 
 
 def run(coro: Awaitable[T], timeout: float = 30.0) -> T:
@@ -277,7 +206,7 @@ def test_settings_come_from_flag_then_env_then_toml(tmp_path: Path) -> None:
 
 def test_bad_options_exit_2(tmp_path: Path) -> None:
     argv = [sys.executable, "-m", "agora.master.server", "--allocation-interval", "never"]
-    done = subprocess.run(argv, capture_output=True, env=_clean_env(), timeout=DEADLINE)
+    done = subprocess.run(argv, capture_output=True, env=clean_env(), timeout=DEADLINE)
     assert done.returncode == 2
     assert b"--allocation-interval" in done.stderr
 
@@ -296,7 +225,7 @@ def test_one_master_per_work_dir(tmp_path: Path) -> None:
             "--log-format",
             "json",
         ]
-        done = subprocess.run(argv, capture_output=True, env=_clean_env(), timeout=DEADLINE)
+        done = subprocess.run(argv, capture_output=True, env=clean_env(), timeout=DEADLINE)
         assert done.returncode == 1
         assert b"work_dir_unusable" in done.stderr
 
@@ -444,6 +373,6 @@ def test_unusable_security_files_exit_1(tmp_path: Path, problem: str) -> None:
         args += ["--acl", str(tmp_path / "no-acl.toml")]
     argv = [sys.executable, "-m", "agora.master.server", "--bind", "tcp://127.0.0.1:0"]
     argv += ["--work-dir", str(tmp_path / "w"), "--log-format", "json", *args]
-    done = subprocess.run(argv, capture_output=True, env=_clean_env(), timeout=DEADLINE)
+    done = subprocess.run(argv, capture_output=True, env=clean_env(), timeout=DEADLINE)
     assert done.returncode == 1
     assert b"security_config_unusable" in done.stderr

@@ -3,13 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import subprocess
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,60 +22,16 @@ from agora.sdk.messages import (
 from agora.sdk.resources import Resources
 from agora.sdk.transport import ZmqClient
 from prometheus_client.parser import text_string_to_metric_families
-from support.polling import wait_for
+from support.master_process import MasterProcess, master_process
 
 DEADLINE = 10.0
 
 
-@dataclass
-class Master:
-    proc: subprocess.Popen[bytes]
-    endpoint: str
-    endpoint_file: Path
-    url: str
-    log_file: Path
-
-
-@contextmanager
-def master_with_http(tmp_path: Path) -> Iterator[Master]:
-    endpoint_file = tmp_path / "master.endpoint"
-    log_file = tmp_path / "master.log"
-    argv = [
-        sys.executable,
-        "-m",
-        "agora.master.server",
-        "--bind",
-        "tcp://127.0.0.1:0",
-        "--endpoint-file",
-        str(endpoint_file),
-        "--work-dir",
-        str(tmp_path / "work"),
-        "--http-port",
-        "0",
-        "--allocation-interval",
-        "0.05",
-        "--log-format",
-        "json",
-    ]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGORA_")}
-    with log_file.open("wb") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=log, env=env)
-    try:
-
-        def bound() -> str | None:
-            if proc.poll() is not None:
-                raise AssertionError(f"master exited {proc.returncode}: {log_file.read_text()}")
-            return (endpoint_file.exists() and endpoint_file.read_text().strip()) or None
-
-        endpoint = wait_for(bound, DEADLINE, "the master's endpoint file")
-        http_file = endpoint_file.with_name(endpoint_file.name + ".http")
-        url = http_file.read_text().strip()  # written before the endpoint file
-        assert url.startswith("http://127.0.0.1:")
-        yield Master(proc, endpoint, endpoint_file, url, log_file)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=DEADLINE)
+def _http_url(master: MasterProcess) -> str:
+    """The URL the master wrote beside its endpoint file (before that file itself)."""
+    url = master.endpoint_file.with_name(master.endpoint_file.name + ".http").read_text().strip()
+    assert url.startswith("http://127.0.0.1:")
+    return url
 
 
 async def _expect(client: ZmqClient, kind: type[Any]) -> Any:
@@ -126,12 +76,13 @@ def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 
 def test_health_state_and_metrics_agree(tmp_path: Path) -> None:
-    with master_with_http(tmp_path) as master:
+    with master_process(tmp_path, "--http-port", "0", "--allocation-interval", "0.05") as master:
+        url = _http_url(master)
 
         async def scenario() -> tuple[Any, Any, str]:
             await _populate(master.endpoint)
             timeout = aiohttp.ClientTimeout(total=DEADLINE)
-            async with aiohttp.ClientSession(master.url, timeout=timeout) as http:
+            async with aiohttp.ClientSession(url, timeout=timeout) as http:
                 async with http.get("/health") as resp:
                     assert resp.status == 200
                     health = await resp.json()
