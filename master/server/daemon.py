@@ -21,14 +21,13 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import IO, TYPE_CHECKING, Any, Final
 
 import structlog
 import zmq
 from agora.master.core import Master, Send
 from agora.master.server.config import DaemonSettings
-from agora.master.server.http import make_app, start_http
-from agora.master.server.metrics import DaemonStats
+from agora.master.server.stats import DaemonStats
 from agora.sdk.errors import ProtocolError
 from agora.sdk.messages import (
     AgentRegistered,
@@ -46,7 +45,9 @@ from agora.sdk.messages import (
 )
 from agora.sdk.messages.operator import OperatorKill
 from agora.sdk.transport import Acl, CurveServer, Received, Server, ZmqServer
-from aiohttp import web
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 __all__ = ["MasterDaemon", "serve"]
 
@@ -366,6 +367,9 @@ async def _serve_locked(settings: DaemonSettings) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, daemon.stop)
         if settings.http_port is not None:
+            # Imported here: aiohttp and prometheus_client cost a master without HTTP ~150 ms.
+            from agora.master.server.http import make_app, start_http
+
             try:
                 app = make_app(daemon.core, daemon.stats)
                 http, http_url = await start_http(app, settings.http_bind, settings.http_port)

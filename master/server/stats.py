@@ -1,0 +1,39 @@
+"""Counters the master daemon keeps as it runs; the operator API reads them (metrics.py).
+
+Kept apart from the Prometheus code so that a master without ``--http-port`` never imports it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from dataclasses import dataclass, field
+
+__all__ = ["ALLOCATION_BUCKETS", "DaemonStats"]
+
+#: Upper bounds (seconds) of the allocation run-time histogram's buckets.
+ALLOCATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+@dataclass(slots=True)
+class DaemonStats:
+    """Counters the daemon bumps as it goes: plain ints, read at scrape time."""
+
+    started: float = field(default_factory=time.monotonic)
+    messages_received: int = 0
+    bad_frames_received: int = 0
+    #: Allocation (``Master.tick`` / ``allocate_freed``) run times: per-bucket counts (the last
+    #: bucket is +Inf), their sum and how many.
+    allocation_buckets: list[int] = field(
+        default_factory=lambda: [0] * (len(ALLOCATION_BUCKETS) + 1)
+    )
+    allocation_sum: float = 0.0
+    allocation_count: int = 0
+
+    def observe_allocation(self, seconds: float) -> None:
+        self.allocation_buckets[bisect.bisect_left(ALLOCATION_BUCKETS, seconds)] += 1
+        self.allocation_sum += seconds
+        self.allocation_count += 1
+
+    def uptime(self) -> float:
+        return time.monotonic() - self.started
