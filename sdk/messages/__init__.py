@@ -60,6 +60,14 @@ from agora.sdk.messages.common import (
     TaskStatus,
     Unreserve,
 )
+from agora.sdk.messages.container import (
+    URI,
+    ContainerInfo,
+    ContainerUsage,
+    HealthCheck,
+    HealthCheckKind,
+    Volume,
+)
 from agora.sdk.messages.enums import (
     TERMINAL_STATES,
     ErrorCode,
@@ -117,6 +125,7 @@ MESSAGE_TYPES: Final[Mapping[str, type[Message]]] = build_registry(
 __all__ = [
     "MESSAGE_TYPES",
     "TERMINAL_STATES",
+    "URI",
     "Accept",
     "Acknowledge",
     "AgentInfo",
@@ -125,6 +134,8 @@ __all__ = [
     "AgentSummary",
     "AgentTask",
     "CommandInfo",
+    "ContainerInfo",
+    "ContainerUsage",
     "Decline",
     "Error",
     "ErrorCode",
@@ -143,6 +154,8 @@ __all__ = [
     "GangExpired",
     "GangRequest",
     "GetState",
+    "HealthCheck",
+    "HealthCheckKind",
     "Heartbeat",
     "Kill",
     "KillTask",
@@ -198,5 +211,6 @@ __all__ = [
     "UnregisterAgent",
     "Unreserve",
     "Update",
+    "Volume",
     "is_terminal",
 ]

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Annotated, ClassVar
 
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, TaskID
-from agora.sdk.messages._record import Message, ShortStr, Uuid
+from agora.sdk.messages._record import MaxItems, Message, ShortStr, Uuid
 from agora.sdk.messages.common import (
     AgentInfo,
     AgentTask,
@@ -17,6 +17,7 @@ from agora.sdk.messages.common import (
     TaskGroupInfo,
     TaskInfo,
 )
+from agora.sdk.messages.container import ContainerUsage
 
 __all__ = [
     "MESSAGES",
@@ -83,6 +84,8 @@ class Ping(Message):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Pong(Message):
     NAME: ClassVar[str] = "PONG"
+    #: What the agent's containers used, sampled since the last PONG (may be empty).
+    usage: Annotated[tuple[ContainerUsage, ...], MaxItems(100_000)] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -17,6 +17,7 @@ from agora.sdk.messages._record import (
     Timestamp,
     Uuid,
 )
+from agora.sdk.messages.container import URI, ContainerInfo, HealthCheck
 from agora.sdk.messages.enums import (
     FrameworkCapability,
     Placement,
@@ -93,7 +94,7 @@ class CommandInfo(Record):
     shell: bool = True
     environment: Mapping[str, str] = field(default_factory=dict)
     user: ShortStr | None = None
-    uris: tuple[str, ...] = ()
+    uris: Annotated[tuple[URI, ...], MaxItems(256)] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -103,6 +104,7 @@ class ExecutorInfo(Record):
     command: CommandInfo
     resources: Resources = field(default_factory=Resources)
     name: str = ""
+    container: ContainerInfo | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -116,6 +118,8 @@ class TaskInfo(Record):
     labels: Mapping[str, str] = field(default_factory=dict)
     data: bytes = b""
     kill_grace_period: Seconds | None = None
+    health_check: HealthCheck | None = None
+    container: ContainerInfo | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -19,6 +19,7 @@ from agora.sdk.codec import MAX_FRAME_BYTES, PROTOCOL_VERSION, Envelope, decode,
 from agora.sdk.errors import ProtocolError
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, GangID, OfferID, TaskID
 from agora.sdk.messages import (
+    URI,
     Accept,
     AgentInfo,
     AgentTask,
@@ -68,7 +69,9 @@ R = Resources.parse("cpus:2;mem:1024;ports:[31000-31010];zones:{a,b};cpus(batch)
 FW = FrameworkID("fw-1")
 AG = AgentID("agent-1")
 EX = ExecutorID("exec-1")
-CMD = CommandInfo(value="sleep 10", environment={"HOME": "/tmp"}, uris=("http://x/y.tgz",))
+CMD = CommandInfo(
+    value="sleep 10", environment={"HOME": "/tmp"}, uris=(URI(value="http://x/y.tgz"),)
+)
 TASK = TaskInfo(
     task_id=TaskID("t-1"),
     name="sleeper",

@@ -80,7 +80,7 @@ SPEC_FIELDS: dict[str, tuple[str, ...]] = {
     "AGENT_REGISTERED": ("agent_id", "master_info"),
     "AGENT_REREGISTERED": ("agent_id", "master_info"),
     "PING": ("connected",),
-    "PONG": (),
+    "PONG": ("usage",),
     "RUN_TASK": ("framework_info", "framework_id", "task", "role"),
     "RUN_TASK_GROUP": ("framework_info", "framework_id", "executor", "task_group", "role"),
     "KILL_TASK": ("framework_id", "task_id"),
@@ -133,7 +133,7 @@ SPEC_RECORD_FIELDS: dict[str, tuple[str, ...]] = {
         "agent_id",
     ),
     "CommandInfo": ("value", "argv", "shell", "environment", "user", "uris"),
-    "ExecutorInfo": ("executor_id", "framework_id", "command", "resources", "name"),
+    "ExecutorInfo": ("executor_id", "framework_id", "command", "resources", "name", "container"),
     "TaskInfo": (
         "task_id",
         "name",
@@ -144,6 +144,8 @@ SPEC_RECORD_FIELDS: dict[str, tuple[str, ...]] = {
         "labels",
         "data",
         "kill_grace_period",
+        "health_check",
+        "container",
     ),
     "TaskGroupInfo": ("tasks",),
     "TaskStatus": (
@@ -229,7 +231,7 @@ def test_enum_members_match_the_contract() -> None:
         "UNKNOWN",
     ]
     assert [s.name for s in StatusSource] == ["MASTER", "AGENT", "EXECUTOR"]
-    assert len(Reason) == 25
+    assert len(Reason) == 27
     assert {"GANG_INCOMPLETE", "TIMEOUT", "RECONCILIATION"} <= Reason.__members__.keys()
     assert [c.name for c in FrameworkCapability] == [
         "PARTITION_AWARE",
