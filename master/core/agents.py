@@ -18,6 +18,7 @@ from agora.sdk.messages import (
     ErrorCode,
     Failure,
     Ping,
+    Pong,
     Reason,
     RegisterAgent,
     ReregisterAgent,
@@ -242,8 +243,15 @@ def _executor_role(st: MasterState, framework_id: FrameworkID, tasks: tuple[Agen
     return fw.info.roles[0] if fw is not None else "*"
 
 
-def on_pong(st: MasterState, agent: Agent) -> None:
+def on_pong(st: MasterState, agent: Agent, msg: Pong) -> None:
+    """The agent is alive; the container usage it reports is kept on each of its tasks."""
     agent.missed_pings = 0
+    for usage in msg.usage:
+        if usage.task_id is None:
+            continue
+        task = st.tasks.get((usage.framework_id, usage.task_id))
+        if task is not None and task.agent_id == agent.agent_id and not is_final(task.state):
+            task.usage = usage
 
 
 def ping_agents(st: MasterState, now: float) -> None:

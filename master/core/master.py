@@ -68,7 +68,7 @@ _FRAMEWORK_CALLS: dict[type[Any], _FrameworkHandler] = {
 #: Messages a registered agent may send.
 _AGENT_MESSAGES: dict[type[Any], _AgentHandler] = {
     StatusUpdateMessage: tasks.on_status_update,
-    Pong: lambda st, agent, _m, _now: agents.on_pong(st, agent),
+    Pong: lambda st, agent, msg, _now: agents.on_pong(st, agent, msg),
     ExitedExecutor: tasks.on_exited_executor,
     ExecutorToFramework: lambda st, agent, m, _now: tasks.on_executor_message(st, agent, m),
     UnregisterAgent: lambda st, agent, _m, now: agents.on_unregister(st, agent, now),

@@ -106,4 +106,5 @@ def _task(task: Task) -> TaskSummary:
         exit_code=status.exit_code if status is not None else None,
         resources=task.resources,
         timestamp=status.timestamp if status is not None else 0.0,
+        usage=task.usage,
     )

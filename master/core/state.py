@@ -17,6 +17,7 @@ from agora.master.core.config import MasterConfig
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, GangID, OfferID, TaskID
 from agora.sdk.messages import (
     AgentInfo,
+    ContainerUsage,
     ExecutorInfo,
     FrameworkCapability,
     FrameworkInfo,
@@ -99,6 +100,8 @@ class Task:
     status: TaskStatus | None = None
     #: True once the resources went back to the allocator (at the first terminal state).
     released: bool = False
+    #: The latest usage of the task's container its agent reported (None: none yet).
+    usage: ContainerUsage | None = None
 
     @property
     def key(self) -> TaskKey:

@@ -19,7 +19,7 @@ from agora.master.core.operator import snapshot
 from agora.master.server.metrics import DaemonStats, count, make_registry
 from agora.sdk.httpd import json_errors
 from agora.sdk.httpd import start_http as listen
-from agora.sdk.messages import AgentSummary, FrameworkSummary, TaskSummary
+from agora.sdk.messages import AgentSummary, ContainerUsage, FrameworkSummary, TaskSummary
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -125,6 +125,17 @@ def _task(t: TaskSummary) -> dict[str, Any]:
         "exit_code": t.exit_code,
         "resources": t.resources.to_dict(),
         "timestamp": t.timestamp,
+        "usage": None if t.usage is None else _usage(t.usage),
+    }
+
+
+def _usage(u: ContainerUsage) -> dict[str, Any]:
+    return {
+        "cpu_seconds": u.cpu_seconds,
+        "rss_bytes": u.rss_bytes,
+        "mem_limit_bytes": u.mem_limit_bytes,
+        "cpu_limit": u.cpu_limit,
+        "timestamp": u.timestamp,
     }
 
 

@@ -9,6 +9,7 @@ from typing import Annotated, ClassVar
 from agora.sdk.ids import AgentID, FrameworkID, TaskID
 from agora.sdk.messages._record import MaxItems, Message, Range, Record, ShortStr, Timestamp
 from agora.sdk.messages.common import MasterInfo
+from agora.sdk.messages.container import ContainerUsage
 from agora.sdk.messages.enums import Reason, TaskState
 from agora.sdk.resources import Resources
 
@@ -66,6 +67,8 @@ class TaskSummary(Record):
     exit_code: int | None = None
     resources: Resources = field(default_factory=Resources)
     timestamp: Timestamp = 0.0
+    #: The latest usage of the task's container, as its agent reported it.
+    usage: ContainerUsage | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
