@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import structlog
-from agora.sdk.cli import keys, kill, local, logs, run, show, top
+from agora.sdk.cli import image, keys, kill, local, logs, run, show, top
 from agora.sdk.cli.common import CliError
 from agora.sdk.logs import configure_logging
 
@@ -49,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_parser(sub)
     top.add_parser(sub)
     keys.add_parser(sub)
+    image.add_parser(sub)
     return parser
 
 
