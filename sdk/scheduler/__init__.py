@@ -7,7 +7,7 @@ from __future__ import annotations
 from agora.sdk.scheduler.blocking import BlockingSchedulerDriver
 from agora.sdk.scheduler.driver import DriverError, SchedulerDriver
 from agora.sdk.scheduler.scheduler import Scheduler
-from agora.sdk.scheduler.spec import TaskSpec, fit_resources
+from agora.sdk.scheduler.spec import TaskSpec, default_executor, fit_resources
 
 __all__ = [
     "BlockingSchedulerDriver",
@@ -15,5 +15,6 @@ __all__ = [
     "Scheduler",
     "SchedulerDriver",
     "TaskSpec",
+    "default_executor",
     "fit_resources",
 ]

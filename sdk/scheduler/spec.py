@@ -10,11 +10,31 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from agora.sdk.ids import OfferID, TaskID
-from agora.sdk.messages import CommandInfo, ExecutorInfo, Offer, TaskInfo
+from agora.sdk.ids import ExecutorID, FrameworkID, OfferID, TaskID
+from agora.sdk.messages import (
+    URI,
+    CommandInfo,
+    ContainerInfo,
+    ExecutorInfo,
+    HealthCheck,
+    Offer,
+    TaskInfo,
+)
 from agora.sdk.resources import UNRESERVED, Resources
 
-__all__ = ["TaskSpec", "fit_resources", "task_infos_for"]
+__all__ = ["TaskSpec", "default_executor", "fit_resources", "task_infos_for"]
+
+
+def default_executor(executor_id: str, *, name: str = "") -> ExecutorInfo:
+    """An executor that names no command: the agent runs its built-in default executor, which
+    launches a task group's command tasks together (Mesos's DEFAULT executor). Give each group
+    its own id; ``framework_id`` is filled in at launch."""
+    return ExecutorInfo(
+        executor_id=ExecutorID(executor_id),
+        framework_id=FrameworkID(""),
+        command=CommandInfo(),
+        name=name or "Default Executor",
+    )
 
 
 @dataclass(frozen=True)
@@ -27,6 +47,9 @@ class TaskSpec:
     ``resources``: a :class:`Resources` or its text form. ``task_id`` defaults to ``name``.
     ``environment`` is added to the command's environment; ``labels`` travel with the task
     (``agora.stream_output="1"`` asks the command executor to stream output back).
+    ``uris`` are fetched into the sandbox first (a str is a URI with the defaults);
+    ``health_check`` is run by the executor once the task runs; ``container`` asks for an image,
+    volumes, network isolation or a host name; ``user`` overrides the framework's user.
     """
 
     name: str
@@ -38,6 +61,10 @@ class TaskSpec:
     kill_grace_period: float | None = None
     executor: ExecutorInfo | None = None
     data: bytes = b""
+    uris: Sequence[URI | str] = ()
+    health_check: HealthCheck | None = None
+    container: ContainerInfo | None = None
+    user: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.resources, str):
@@ -73,9 +100,10 @@ class TaskSpec:
         if self.executor is not None:
             return None
         env = dict(self.environment)
+        uris = tuple(u if isinstance(u, URI) else URI(value=u) for u in self.uris)
         if isinstance(cmd, str):
-            return CommandInfo(value=cmd, shell=True, environment=env)
-        return CommandInfo(argv=tuple(cmd), shell=False, environment=env)
+            return CommandInfo(value=cmd, shell=True, environment=env, uris=uris, user=self.user)
+        return CommandInfo(argv=tuple(cmd), shell=False, environment=env, uris=uris, user=self.user)
 
     def to_task_info(self, offer: Offer, resources: Resources | None = None) -> TaskInfo:
         """The TaskInfo of this spec on ``offer``.
@@ -104,6 +132,8 @@ class TaskSpec:
             labels=dict(self.labels),
             data=self.data,
             kill_grace_period=self.kill_grace_period,
+            health_check=self.health_check,
+            container=self.container,
         )
 
 
