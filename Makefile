@@ -12,8 +12,17 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
+# System packages the root-only tests use (a busybox image for filesystem/rootfs), installed
+# with apt when running as root on Debian; skipped otherwise (those tests then skip).
+SYSDEPS := $(VENV)/.system-deps
+$(SYSDEPS): $(STAMP)
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && ! [ -x /bin/busybox ]; then \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q busybox-static; \
+	fi
+	touch $@
+
 # The whole suite: lint, strict types on the pure cores, then every test.
-test: $(STAMP)
+test: $(STAMP) $(SYSDEPS)
 	$(BIN)/ruff check .
 	$(MAKE) --no-print-directory typecheck
 	$(BIN)/pytest
