@@ -8,6 +8,9 @@ form and ACCEPT operations maps with a ``"type"`` key ("LAUNCH", "LAUNCH_GROUP",
 Encoders and decoders are compiled per class at import time from the record schemas. Both directions
 check types and bounds; :func:`decode` raises only :class:`ProtocolError`, whose message names the
 dotted path of the bad value ("SUBSCRIBE.framework_info.roles[2]: expected str, got int").
+
+:func:`pack_record` / :func:`unpack_record` carry any single record (a message or not, e.g. the
+agent's checkpoint records) as a bare msgpack map of its fields, with the same checks.
 """
 
 from __future__ import annotations
@@ -15,11 +18,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import msgpack
 from agora.sdk.errors import ProtocolError
-from agora.sdk.messages import MESSAGE_TYPES, Message, Range
+from agora.sdk.messages import MESSAGE_TYPES, Message, Range, Record
 from agora.sdk.messages._schema import (
     BoolKind,
     BytesKind,
@@ -40,7 +43,16 @@ from agora.sdk.messages._schema import (
 )
 from agora.sdk.resources import ResourceError, Resources
 
-__all__ = ["MAX_FRAME_BYTES", "PROTOCOL_VERSION", "Envelope", "ProtocolError", "decode", "encode"]
+__all__ = [
+    "MAX_FRAME_BYTES",
+    "PROTOCOL_VERSION",
+    "Envelope",
+    "ProtocolError",
+    "decode",
+    "encode",
+    "pack_record",
+    "unpack_record",
+]
 
 MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
 PROTOCOL_VERSION: Final = 1
@@ -558,3 +570,56 @@ _ENCODERS: Final[dict[type, tuple[str, int, Conv]]] = {
     cls: (cls.NAME, cls.VERSION, _enc_record(schema)) for cls, schema in _SCHEMAS.items()
 }
 _UNPACK_LIMITS: Final = _unpack_limits(list(_SCHEMAS.values()))
+
+
+# ---- bare records --------------------------------------------------------------------------------
+
+R = TypeVar("R", bound=Record)
+_RECORD_CODECS: Final[dict[type, tuple[Conv, Conv, dict[str, Any]]]] = {}
+
+
+def _record_codec(cls: type[Record]) -> tuple[Conv, Conv, dict[str, Any]]:
+    entry = _RECORD_CODECS.get(cls)
+    if entry is None:
+        schema = record_schema(cls)  # TypeError for a class the wire cannot carry
+        entry = (_enc_record(schema), _dec_record(schema), _unpack_limits([schema]))
+        _RECORD_CODECS[cls] = entry
+    return entry
+
+
+def pack_record(record: Record) -> bytes:
+    """``record`` (any Record class) as a msgpack map of its fields; no name, version or epoch.
+
+    Raises :class:`ProtocolError` if it breaks its schema."""
+    name = type(record).__qualname__
+    enc, _dec, _limits = _record_codec(type(record))
+    try:
+        body = enc(record)
+    except _Bad as bad:
+        raise bad.error(name) from None
+    try:
+        data: bytes = msgpack.packb(body, use_bin_type=True)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise ProtocolError(f"{name}: cannot be packed: {_clip(str(exc))}") from None
+    return data
+
+
+def unpack_record(cls: type[R], data: bytes | bytearray | memoryview) -> R:
+    """The ``cls`` record that :func:`pack_record` made ``data`` from. Raises
+    :class:`ProtocolError` (naming the bad field), and nothing else, for bad input."""
+    name = cls.__qualname__
+    _enc, dec, limits = _record_codec(cls)
+    try:
+        obj = msgpack.unpackb(data, **limits)
+    except msgpack.ExtraData as exc:
+        raise ProtocolError(f"{name}: {len(exc.extra)} trailing bytes after the record") from None
+    except Exception as exc:  # any parser failure is the data's fault
+        raise ProtocolError(f"{name}: malformed msgpack: {_clip(str(exc))}") from None
+    try:
+        record = dec(obj)
+    except _Bad as bad:
+        raise bad.error(name) from None
+    except Exception as exc:  # a safety net, as in decode()
+        raise ProtocolError(f"{name}: undecodable record ({type(exc).__name__})") from None
+    assert isinstance(record, cls)
+    return record

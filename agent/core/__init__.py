@@ -10,20 +10,30 @@ from agora.agent.core.actions import (
     ToMaster,
 )
 from agora.agent.core.agent import Agent
+from agora.agent.core.checkpoint import CheckpointError, Delete, Put
 from agora.agent.core.config import AgentConfig
-from agora.agent.core.executors import LAUNCH_FAILED_STATUS, command_executor_info
-from agora.agent.core.state import COMMAND_EXECUTOR_ID, AgentState, ExecutorState
+from agora.agent.core.executors import (
+    LAUNCH_FAILED_STATUS,
+    UNKNOWN_EXIT_STATUS,
+    command_executor_info,
+)
+from agora.agent.core.state import COMMAND_EXECUTOR_ID, AgentState, ExecutorKey, ExecutorState
 from agora.agent.core.status_updates import StatusUpdateManager, is_final
 
 __all__ = [
     "COMMAND_EXECUTOR_ID",
     "LAUNCH_FAILED_STATUS",
+    "UNKNOWN_EXIT_STATUS",
     "Action",
     "Agent",
     "AgentConfig",
     "AgentState",
+    "CheckpointError",
+    "Delete",
+    "ExecutorKey",
     "ExecutorState",
     "LaunchExecutor",
+    "Put",
     "SignalExecutor",
     "StatusUpdateManager",
     "Terminate",

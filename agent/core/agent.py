@@ -15,17 +15,28 @@ calls ``tick`` regularly (every 0.1 s or so), and performs the returned actions 
 ``now`` is any clock that only moves forward (all timers are relative); the core stamps the
 statuses it generates with it, so the daemon should pass wall-clock ``time.time()``.
 Nothing here does I/O, reads a clock or draws random numbers.
+
+Checkpointing (write-ahead): after every stimulus (or burst of stimuli), and before performing
+any of the actions they returned, the daemon calls ``checkpoint()``, writes the records it
+returns into its journal (``Put`` -> put, ``Delete`` -> delete), commits (fsync), and only then
+performs the actions. That order is what makes recovery sound: no StatusUpdateAck reaches an
+executor (which then forgets the update) and no launch or registration reply goes out before
+the state that caused it is durable. After a restart, the daemon builds a fresh ``Agent``, calls
+``recover(journal.load(), now, alive=..., cleanup=...)`` before anything else (then checkpoints
+and performs its actions, as after any stimulus), and connects to the master (``connected``
+re-registers with the recovered agent id). See recovery.py for what happens to each executor.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Set
 from typing import Any
 
-from agora.agent.core import executors, registration, tasks
+from agora.agent.core import checkpoint, executors, recovery, registration, tasks
 from agora.agent.core.actions import Action, SignalExecutor, Terminate
+from agora.agent.core.checkpoint import Delete, Put
 from agora.agent.core.config import AgentConfig
-from agora.agent.core.state import AgentState, ExecutorState
+from agora.agent.core.state import AgentState, ExecutorKey, ExecutorState
 from agora.agent.core.status_updates import StatusUpdateManager
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID
 from agora.sdk.messages import (
@@ -89,6 +100,35 @@ class Agent:
     def terminated(self) -> bool:
         return self._st.terminated
 
+    # --- checkpointing ---------------------------------------------------------------------
+    def checkpoint(self) -> list[Put | Delete]:
+        """The durable records changed since the last call (see checkpoint.py), to be written
+        and committed before the actions of the stimuli since then are performed."""
+        return checkpoint.collect(self._st)
+
+    def durable_records(self) -> dict[tuple[str, str], bytes]:
+        """Every durable record as of now: what all checkpoints so far add up to."""
+        return checkpoint.everything(self._st)
+
+    def recover(
+        self,
+        records: Mapping[tuple[str, str], bytes],
+        now: float,
+        *,
+        alive: Set[ExecutorKey],
+        cleanup: bool,
+    ) -> list[Action]:
+        """Take the state back from a checkpoint (the journal's records) after a restart, on a
+        fresh Agent, before any other stimulus. ``alive``: the checkpointed executors whose
+        process the shell found still running. ``cleanup``: kill them (``--recover=cleanup``)
+        instead of waiting for them to re-register. Records of kinds the core does not write
+        are ignored. Raises ``CheckpointError`` (a ValueError) for a record it cannot read."""
+        st = self._st
+        if st.agent_id is not None or st.tasks or st.executors or st.updates:
+            raise RuntimeError("recover() must come first, on a fresh Agent")
+        recovery.recover(st, records, now, alive, cleanup)
+        return self._finish()
+
     # --- stimuli ---------------------------------------------------------------------------
     def connected(self, now: float) -> list[Action]:
         """The master link is up (first connect or reconnect): (re-)register now."""
@@ -133,9 +173,18 @@ class Agent:
         st = self._st
         if st.terminated or st.agent_id is None:
             return self._finish()
+        if isinstance(message, RegisterExecutor | ReregisterExecutor):
+            known = st.executors.get((message.framework_id, message.executor_id))
+            recovering = known is not None and known.state is ExecutorState.RECOVERING
         if isinstance(message, RegisterExecutor):
-            executors.on_register(st, peer, message, now)
+            if recovering:
+                recovery.on_register(st, peer, message, now)
+            else:
+                executors.on_register(st, peer, message, now)
         elif isinstance(message, ReregisterExecutor):
+            if recovering:
+                recovery.on_reregister(st, peer, message, now)
+                return self._finish()
             ex = executors.on_reregister(st, peer, message, now)
             if ex is not None:
                 for update in message.updates:
@@ -143,7 +192,7 @@ class Agent:
         else:
             key = st.executors_by_peer.get(peer)
             ex = st.executors.get(key) if key is not None else None
-            if ex is None or ex.state is ExecutorState.LAUNCHING:
+            if ex is None or ex.state in (ExecutorState.LAUNCHING, ExecutorState.RECOVERING):
                 return self._finish()  # not a registered executor: ignored
             if isinstance(message, StatusUpdateMessage):
                 tasks.on_executor_update(st, ex, message.update, now)
@@ -152,9 +201,11 @@ class Agent:
         return self._finish()
 
     def executor_exited(
-        self, framework_id: FrameworkID, executor_id: ExecutorID, status: int, now: float
+        self, framework_id: FrameworkID, executor_id: ExecutorID, status: int | None, now: float
     ) -> list[Action]:
-        """An executor process ended; ``status`` is its return code (negative: -signal).
+        """An executor process ended; ``status`` is its return code (negative: -signal), or None
+        when the shell cannot know it (an executor re-attached after a restart is not its child:
+        the shell sees its pid vanish); the master then hears status -1.
 
         Its tasks that are not over end TASK_FAILED (TASK_KILLED if it was being shut down on
         request), reason EXECUTOR_TERMINATED; the master hears EXITED_EXECUTOR. Tasks that
@@ -181,6 +232,7 @@ class Agent:
             st.updates.tick(now)
             st.flush_updates()
             executors.tick_executors(st, now)
+            recovery.tick_recovering(st, now)
         return self._finish()
 
     # --- internals -------------------------------------------------------------------------
@@ -193,7 +245,7 @@ class Agent:
                     ex.peer,
                     ShutdownExecutor(framework_id=ex.framework_id, executor_id=ex.executor_id),
                 )
-            elif ex.state is ExecutorState.LAUNCHING:
+            elif ex.state in (ExecutorState.LAUNCHING, ExecutorState.RECOVERING):
                 st.outbox.append(SignalExecutor(ex.framework_id, ex.executor_id, kill=False))
         st.outbox.append(Terminate(reason))
         st.terminated = True

@@ -34,6 +34,9 @@ class AgentConfig:
     status_update_retry_max: float = 60.0
     #: A launched executor that has not registered after this long is killed (Mesos: 1 min).
     executor_registration_timeout: float = 60.0
+    #: After an agent restart, a live executor that has not re-registered after this long is
+    #: killed; its tasks end FAILED, reason EXECUTOR_REREGISTRATION_TIMEOUT (Mesos: 2 s).
+    executor_reregistration_timeout: float = 10.0
     #: An executor told to shut down is SIGKILLed if still alive after this long (Mesos: 5 s).
     executor_shutdown_grace_period: float = 5.0
     #: The built-in command executor is shut down after this long without a live task.

@@ -46,6 +46,7 @@ from agora.sdk.messages import (
 
 __all__ = [
     "LAUNCH_FAILED_STATUS",
+    "UNKNOWN_EXIT_STATUS",
     "command_executor_info",
     "end_launches",
     "hand_over",
@@ -65,6 +66,9 @@ __all__ = [
 
 #: The exit status reported to the master (EXITED_EXECUTOR) for an executor that never started.
 LAUNCH_FAILED_STATUS = 127
+#: ... and for one whose exit status nobody knows (it ended while the agent was down, or the
+#: shell re-attached to it after a restart and cannot wait for it).
+UNKNOWN_EXIT_STATUS = -1
 
 
 def command_executor_info(framework_id: FrameworkID) -> ExecutorInfo:
@@ -89,6 +93,7 @@ def launch_executor(
         launched_at=now,
     )
     st.executors[ex.key] = ex
+    st.touch(ex)
     fw.executors.add(ex.executor_id)
     environment = dict(info.command.environment)
     environment.update(
@@ -118,6 +123,7 @@ def hand_over(st: AgentState, ex: Executor, launch: QueuedLaunch) -> None:
     infos = tuple(task.info for task in tasks)
     for task in tasks:
         task.launched = True
+        st.touch(task)
     if launch.group:
         message: LaunchTask | LaunchTaskGroup = LaunchTaskGroup(
             framework_id=ex.framework_id, executor=ex.info, task_group=TaskGroupInfo(tasks=infos)
@@ -177,6 +183,7 @@ def on_register(st: AgentState, peer: str, msg: RegisterExecutor, now: float) ->
         )
         return
     ex.state = ExecutorState.RUNNING
+    st.touch(ex)
     ex.peer = peer
     st.executors_by_peer[peer] = ex.key
     st.to_executor(peer, _registered(st, ex))
@@ -253,6 +260,7 @@ def on_framework_message(st: AgentState, msg: FrameworkToExecutor) -> None:
 def shutdown_executor(st: AgentState, ex: Executor, now: float, *, requested: bool) -> None:
     """Stop an executor. ``requested``: the master or the framework asked, so its tasks end
     KILLED (not FAILED) and tasks still waiting for it are KILLED too."""
+    st.touch(ex)
     if requested:
         ex.shutdown_requested = True
         waiting = ex.queued + ex.successor
@@ -295,6 +303,7 @@ def shutdown_framework(st: AgentState, fw: Framework, now: float) -> None:
     """The framework is gone from the master: stop its executors, forget its updates (nobody
     will acknowledge them) and its tasks once they are over."""
     fw.terminating = True
+    st.touch(fw)
     st.updates.remove_framework(fw.framework_id)
     for tid in sorted(fw.tasks):
         task = st.tasks.get((fw.framework_id, tid))
@@ -309,14 +318,29 @@ def shutdown_framework(st: AgentState, fw: Framework, now: float) -> None:
 
 
 def on_exited(
-    st: AgentState, framework_id: FrameworkID, executor_id: ExecutorID, status: int, now: float
+    st: AgentState,
+    framework_id: FrameworkID,
+    executor_id: ExecutorID,
+    status: int | None,
+    now: float,
+    *,
+    message: str | None = None,
 ) -> None:
+    """The executor is gone. ``status`` None: unknown (reported to the master as -1)."""
     ex = st.executors.get((framework_id, executor_id))
     if ex is None:
         return
-    state = TaskState.KILLED if ex.shutdown_requested else TaskState.FAILED
-    _ended(st, ex, state, Reason.EXECUTOR_TERMINATED, f"Executor exited with status {status}", now)
-    st.to_master(ExitedExecutor(framework_id=framework_id, executor_id=executor_id, status=status))
+    if message is None:
+        known = f"with status {status}" if status is not None else "(exit status unknown)"
+        message = f"Executor exited {known}"
+    if ex.exit_reason is not None:
+        # Killed by recovery: its own reason, FAILED even if a shutdown had been requested.
+        _ended(st, ex, TaskState.FAILED, ex.exit_reason, ex.exit_message or message, now)
+    else:
+        state = TaskState.KILLED if ex.shutdown_requested else TaskState.FAILED
+        _ended(st, ex, state, Reason.EXECUTOR_TERMINATED, message, now)
+    code = UNKNOWN_EXIT_STATUS if status is None else status
+    st.to_master(ExitedExecutor(framework_id=framework_id, executor_id=executor_id, status=code))
     _relaunch(st, ex, now)
 
 
@@ -342,6 +366,7 @@ def _ended(
 ) -> None:
     """The executor is gone: every task of it that is not over yet ends ``state``."""
     del st.executors[ex.key]
+    st.touch(ex)
     if ex.peer is not None and st.executors_by_peer.get(ex.peer) == ex.key:
         del st.executors_by_peer[ex.peer]
     fw = st.frameworks.get(ex.framework_id)
@@ -364,6 +389,7 @@ def _relaunch(st: AgentState, ex: Executor, now: float) -> None:
     if fw is not None and ex.successor and not fw.terminating:
         fresh = launch_executor(st, fw, ex.info, ex.builtin, now)
         fresh.queued = list(ex.successor)
+        st.touch(fresh)
         for launch in fresh.queued:
             for tid in launch.task_ids:
                 fresh.tasks.add(tid)
@@ -380,6 +406,8 @@ def tick_executors(st: AgentState, now: float) -> None:
         if ex.state is ExecutorState.LAUNCHING:
             if now - ex.launched_at >= cfg.executor_registration_timeout:
                 _registration_timed_out(st, ex, now)
+        elif ex.state is ExecutorState.RECOVERING:
+            continue  # recovery.tick_recovering watches these
         elif ex.state is ExecutorState.TERMINATING:
             if ex.kill_at is not None and now >= ex.kill_at:
                 ex.kill_at = None
@@ -397,6 +425,7 @@ def tick_executors(st: AgentState, now: float) -> None:
 def _registration_timed_out(st: AgentState, ex: Executor, now: float) -> None:
     queued, ex.queued = ex.queued, []
     ex.state = ExecutorState.TERMINATING
+    st.touch(ex)
     ex.kill_at = None
     st.outbox.append(SignalExecutor(ex.framework_id, ex.executor_id, kill=True))
     end_launches(

@@ -114,6 +114,8 @@ def reregister_message(st: AgentState) -> ReregisterAgent:
 def on_registered(st: AgentState, msg: AgentRegistered, epoch: int, now: float) -> None:
     if st.agent_id is not None and msg.agent_id != st.agent_id:
         return  # not our id: a confused or stale answer
+    if st.agent_id is None:
+        st.dirty_agent = True
     st.agent_id = msg.agent_id
     _accepted(st, msg.master_info.epoch if epoch == 0 else epoch, now, msg)
 

@@ -57,6 +57,10 @@ class ExecutorState(enum.Enum):
     RUNNING = "RUNNING"
     #: Told to shut down, or killed; waiting for the shell to report its exit.
     TERMINATING = "TERMINATING"
+    #: Found alive by recovery after an agent restart: waiting for its REREGISTER_EXECUTOR (or
+    #: REGISTER_EXECUTOR, if it had not registered before the restart). Never checkpointed as
+    #: such: its record keeps the state it had before the restart (``recovered_from``).
+    RECOVERING = "RECOVERING"
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +96,13 @@ class Executor:
     kill_at: float | None = None
     #: Built-in executor only: since when it has had nothing to run.
     idle_since: float | None = None
+    #: RECOVERING only: the state the checkpoint held for it.
+    recovered_from: ExecutorState | None = None
+    #: Why its tasks end when it exits, if not the usual EXECUTOR_TERMINATED (recovery kills).
+    exit_reason: Reason | None = None
+    exit_message: str = ""
+    #: RECOVERING only: kills of launched tasks, sent once it re-registers.
+    pending_kills: list[TaskID] = field(default_factory=list)
 
     @property
     def key(self) -> ExecutorKey:
@@ -153,6 +164,14 @@ class AgentState:
     executors_by_peer: dict[str, ExecutorKey] = field(default_factory=dict)
     tasks: dict[TaskKey, Task] = field(default_factory=dict)
     outbox: list[Action] = field(default_factory=list)
+    #: Durable records changed since the last checkpoint (see checkpoint.py); the update
+    #: streams' own changes are tracked by ``updates``.
+    dirty_agent: bool = False
+    dirty_frameworks: set[FrameworkID] = field(default_factory=set)
+    dirty_executors: set[ExecutorKey] = field(default_factory=set)
+    dirty_tasks: set[TaskKey] = field(default_factory=set)
+    #: Mixed into minted uuids so that an agent recovered from a checkpoint never repeats one.
+    uuid_salt: str = ""
     _serial: int = 0
 
     # --- identity ----------------------------------------------------------------------
@@ -186,7 +205,7 @@ class AgentState:
         """A fresh 16-byte uuid for an update the agent generates, derived (no randomness)
         from the agent id, the task, a counter and the time."""
         self._serial += 1
-        name = f"{self.agent_id}/{framework_id}/{task_id}/{self._serial}/{now!r}"
+        name = f"{self.agent_id}/{self.uuid_salt}/{framework_id}/{task_id}/{self._serial}/{now!r}"
         return uuid.uuid5(_UUID_NAMESPACE, name).bytes
 
     def agent_status(
@@ -229,6 +248,7 @@ class AgentState:
             if not accepted or task is None:
                 return accepted
         task.state = status.state
+        self.dirty_tasks.add(key)
         if is_final(status.state):
             self._task_ended(task, now)
             if fw is not None and fw.terminating:
@@ -244,8 +264,18 @@ class AgentState:
             ex.idle_since = now
 
     # --- bookkeeping -------------------------------------------------------------------
+    def touch(self, item: Executor | Framework | Task) -> None:
+        """``item`` changed in a way the checkpoint must hold."""
+        if isinstance(item, Executor):
+            self.dirty_executors.add(item.key)
+        elif isinstance(item, Task):
+            self.dirty_tasks.add(item.key)
+        else:
+            self.dirty_frameworks.add(item.framework_id)
+
     def add_task(self, task: Task) -> None:
         self.tasks[task.key] = task
+        self.dirty_tasks.add(task.key)
         fw = self.frameworks.get(task.framework_id)
         if fw is not None:
             fw.tasks.add(task.info.task_id)
@@ -262,6 +292,7 @@ class AgentState:
         task = self.tasks.pop(key, None)
         if task is None:
             return
+        self.dirty_tasks.add(key)
         ex = self.executors.get((task.framework_id, task.executor_id))
         if ex is not None:
             ex.tasks.discard(task.info.task_id)
@@ -276,3 +307,4 @@ class AgentState:
         fw = self.frameworks.get(framework_id)
         if fw is not None and not fw.executors and not fw.tasks:
             del self.frameworks[framework_id]
+            self.dirty_frameworks.add(framework_id)

@@ -18,7 +18,9 @@ As Mesos's task status update manager does (src/slave/task_status_update_manager
   once with a fresh backoff.
 
 The manager is pure: it reads no clock and sends nothing. Forwards accumulate in ``outbox``;
-the owner drains it with ``take()`` after each call.
+the owner drains it with ``take()`` after each call. Streams whose durable part (pending updates,
+seen uuids, terminated) changed are collected for the agent's checkpoint (``take_dirty``, ``dump``)
+and come back with ``restore`` after a restart; timers are not durable.
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ class StatusUpdateManager:
         self._timers: list[tuple[float, int, StreamKey, int]] = []
         self._seq = 0
         self.outbox: list[StatusUpdateMessage] = []
+        self._dirty: set[StreamKey] = set()
 
     # --- stimuli -------------------------------------------------------------------------
     def update(self, framework_id: FrameworkID, status: TaskStatus, now: float) -> bool:
@@ -93,6 +96,7 @@ class StatusUpdateManager:
             return False
         stream.seen.add(uuid)
         stream.pending.append(status)
+        self._dirty.add(key)
         if is_final(status.state):
             stream.terminated = True
         if len(stream.pending) == 1:
@@ -110,6 +114,7 @@ class StatusUpdateManager:
         if stream is None or not stream.pending or stream.pending[0].uuid != uuid:
             return None
         acked = stream.pending.popleft()
+        self._dirty.add(key)
         stream.token += 1
         stream.due = None
         if stream.pending:
@@ -150,17 +155,51 @@ class StatusUpdateManager:
 
     def remove(self, framework_id: FrameworkID, task_id: TaskID) -> None:
         """Drop a task's stream, acknowledged or not."""
-        self._streams.pop((framework_id, task_id), None)
+        if self._streams.pop((framework_id, task_id), None) is not None:
+            self._dirty.add((framework_id, task_id))
 
     def remove_framework(self, framework_id: FrameworkID) -> None:
         """Drop every stream of a framework (it was shut down: nobody will acknowledge them)."""
         for key in [k for k in self._streams if k[0] == framework_id]:
             del self._streams[key]
+            self._dirty.add(key)
 
     def take(self) -> list[StatusUpdateMessage]:
         """The forwards queued since the last call, oldest first."""
         out, self.outbox = self.outbox, []
         return out
+
+    # --- checkpointing -------------------------------------------------------------------
+    def take_dirty(self) -> set[StreamKey]:
+        """The streams changed (or gone) since the last call."""
+        out, self._dirty = self._dirty, set()
+        return out
+
+    def dump(
+        self, framework_id: FrameworkID, task_id: TaskID
+    ) -> tuple[tuple[TaskStatus, ...], frozenset[bytes], bool] | None:
+        """The durable part of a stream (pending updates, seen uuids, terminated); None: gone."""
+        stream = self._streams.get((framework_id, task_id))
+        if stream is None:
+            return None
+        return tuple(stream.pending), frozenset(stream.seen), stream.terminated
+
+    def restore(
+        self,
+        framework_id: FrameworkID,
+        task_id: TaskID,
+        pending: tuple[TaskStatus, ...],
+        seen: frozenset[bytes],
+        terminated: bool,
+    ) -> None:
+        """Bring back a stream from a checkpoint, while paused: its head goes out on ``resume``
+        with a fresh backoff."""
+        if self._active:
+            raise RuntimeError("restore streams before the manager is resumed")
+        stream = _Stream(framework_id, task_id, deque(pending), set(seen), terminated)
+        stream.seen.update(s.uuid for s in pending if s.uuid is not None)
+        stream.backoff = self._retry
+        self._streams[(framework_id, task_id)] = stream
 
     # --- views ---------------------------------------------------------------------------
     @property

@@ -163,8 +163,10 @@ def _framework(st: AgentState, fid: FrameworkID, info: FrameworkInfo) -> Framewo
     fw = st.frameworks.get(fid)
     if fw is None:
         fw = st.frameworks[fid] = Framework(framework_id=fid, info=info)
-    else:
+        st.touch(fw)
+    elif fw.info != info:
         fw.info = info
+        st.touch(fw)
     return fw
 
 
@@ -187,12 +189,14 @@ def _assign(
             Task(framework_id=fw.framework_id, info=task, executor_id=info.executor_id, role=role)
         )
     launch = QueuedLaunch(task_ids=tuple(t.task_id for t in tasks), group=group)
-    if ex.state is ExecutorState.LAUNCHING:
-        ex.queued.append(launch)
+    if ex.state is ExecutorState.LAUNCHING or ex.state is ExecutorState.RECOVERING:
+        ex.queued.append(launch)  # handed over when it (re-)registers
+        st.touch(ex)
     elif ex.state is ExecutorState.RUNNING:
         hand_over(st, ex, launch)
     else:
         ex.successor.append(launch)
+        st.touch(ex)
 
 
 # --- killing -----------------------------------------------------------------------------
@@ -226,6 +230,8 @@ def on_kill_task(st: AgentState, msg: KillTask, now: float) -> None:
         _kill_waiting(st, ex, task, now)
     elif ex.state is ExecutorState.RUNNING and ex.peer is not None:
         st.to_executor(ex.peer, KillTask(framework_id=fid, task_id=tid))
+    elif ex.state is ExecutorState.RECOVERING and tid not in ex.pending_kills:
+        ex.pending_kills.append(tid)  # sent when it re-registers
     # A terminating executor's tasks end when it exits.
 
 
@@ -236,6 +242,7 @@ def _kill_waiting(st: AgentState, ex: Executor, task: Task, now: float) -> None:
         for launch in list(waiting):
             if tid in launch.task_ids:
                 waiting.remove(launch)
+                st.touch(ex)
                 end_launches(
                     st,
                     ex,

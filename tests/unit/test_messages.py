@@ -231,7 +231,7 @@ def test_enum_members_match_the_contract() -> None:
         "UNKNOWN",
     ]
     assert [s.name for s in StatusSource] == ["MASTER", "AGENT", "EXECUTOR"]
-    assert len(Reason) == 27
+    assert len(Reason) == 28
     assert {"GANG_INCOMPLETE", "TIMEOUT", "RECONCILIATION"} <= Reason.__members__.keys()
     assert [c.name for c in FrameworkCapability] == [
         "PARTITION_AWARE",

@@ -1,0 +1,279 @@
+"""What the agent checkpoints: durable records, the changes since the last checkpoint, decoding.
+
+Five kinds of record, each a msgpack map (``agora.sdk.codec.pack_record``) under a string key:
+
+=========  ======================  ==========================================================
+kind       key                     value
+=========  ======================  ==========================================================
+agent      ``"id"``                :class:`AgentRecord`: the agent id
+framework  framework id            :class:`FrameworkRecord`: FrameworkInfo, terminating
+executor   ``fid`` + ``eid``       :class:`ExecutorRecord`: info, builtin, state, shutdown
+                                   requested, queued and successor launches, recovery kill
+task       ``fid`` + ``tid``       :class:`TaskRecord`: TaskInfo, executor id, role, state,
+                                   launched
+stream     ``fid`` + ``tid``       :class:`StreamRecord`: pending updates in order, seen uuids
+=========  ======================  ==========================================================
+
+Two-part keys are ``f"{len(a)}:{a}/{b}"`` (unambiguous whatever the ids hold). Everything else
+(peers, timers, registration progress, the master's epoch) is rebuilt or restarted on recovery.
+
+Changes are tracked as they happen (``AgentState.dirty_*`` and the update manager's own set), so
+a checkpoint costs O(records changed), and a record is rewritten only when it changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, TypeVar
+
+from agora.agent.core.state import AgentState, Executor, ExecutorState, Framework, Task
+from agora.sdk.codec import pack_record, unpack_record
+from agora.sdk.errors import ProtocolError
+from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, TaskID
+from agora.sdk.messages import (
+    ExecutorInfo,
+    FrameworkInfo,
+    MaxItems,
+    Reason,
+    Record,
+    TaskInfo,
+    TaskState,
+    TaskStatus,
+)
+
+__all__ = [
+    "AGENT",
+    "EXECUTOR",
+    "FRAMEWORK",
+    "KINDS",
+    "STREAM",
+    "TASK",
+    "AgentRecord",
+    "CheckpointError",
+    "Delete",
+    "ExecutorRecord",
+    "FrameworkRecord",
+    "LaunchRecord",
+    "Put",
+    "StreamRecord",
+    "TaskRecord",
+    "collect",
+    "decode",
+    "everything",
+    "pair_key",
+]
+
+AGENT, FRAMEWORK, EXECUTOR, TASK, STREAM = "agent", "framework", "executor", "task", "stream"
+KINDS = frozenset({AGENT, FRAMEWORK, EXECUTOR, TASK, STREAM})
+_AGENT_KEY = "id"
+_MANY = 1_000_000
+
+R = TypeVar("R", bound=Record)
+
+
+@dataclass(frozen=True, slots=True)
+class Put:
+    kind: str
+    key: str
+    value: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    kind: str
+    key: str
+
+
+class CheckpointError(ValueError):
+    """A checkpoint record that cannot be read back."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentRecord(Record):
+    agent_id: AgentID
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FrameworkRecord(Record):
+    info: FrameworkInfo
+    terminating: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LaunchRecord(Record):
+    task_ids: Annotated[tuple[TaskID, ...], MaxItems(_MANY)]
+    group: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExecutorRecord(Record):
+    framework_id: FrameworkID
+    info: ExecutorInfo
+    builtin: bool
+    state: ExecutorState
+    shutdown_requested: bool = False
+    queued: Annotated[tuple[LaunchRecord, ...], MaxItems(_MANY)] = ()
+    successor: Annotated[tuple[LaunchRecord, ...], MaxItems(_MANY)] = ()
+    exit_reason: Reason | None = None
+    exit_message: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskRecord(Record):
+    framework_id: FrameworkID
+    info: TaskInfo
+    executor_id: ExecutorID
+    role: str
+    state: TaskState
+    launched: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamRecord(Record):
+    framework_id: FrameworkID
+    task_id: TaskID
+    pending: Annotated[tuple[TaskStatus, ...], MaxItems(_MANY)]
+    seen: Annotated[tuple[bytes, ...], MaxItems(_MANY)]
+    terminated: bool
+
+
+def pair_key(a: str, b: str) -> str:
+    return f"{len(a)}:{a}/{b}"
+
+
+# --- encoding --------------------------------------------------------------------------------
+
+
+def _framework(fw: Framework) -> bytes:
+    return pack_record(FrameworkRecord(info=fw.info, terminating=fw.terminating))
+
+
+def _executor(ex: Executor) -> bytes:
+    state = ex.recovered_from if ex.state is ExecutorState.RECOVERING else ex.state
+    assert state is not None
+    return pack_record(
+        ExecutorRecord(
+            framework_id=ex.framework_id,
+            info=ex.info,
+            builtin=ex.builtin,
+            state=state,
+            shutdown_requested=ex.shutdown_requested,
+            queued=tuple(LaunchRecord(task_ids=q.task_ids, group=q.group) for q in ex.queued),
+            successor=tuple(LaunchRecord(task_ids=q.task_ids, group=q.group) for q in ex.successor),
+            exit_reason=ex.exit_reason,
+            exit_message=ex.exit_message,
+        )
+    )
+
+
+def _task(task: Task) -> bytes:
+    return pack_record(
+        TaskRecord(
+            framework_id=task.framework_id,
+            info=task.info,
+            executor_id=task.executor_id,
+            role=task.role,
+            state=task.state,
+            launched=task.launched,
+        )
+    )
+
+
+def _stream(st: AgentState, fid: FrameworkID, tid: TaskID) -> bytes | None:
+    dumped = st.updates.dump(fid, tid)
+    if dumped is None:
+        return None
+    pending, seen, terminated = dumped
+    record = StreamRecord(
+        framework_id=fid,
+        task_id=tid,
+        pending=pending,
+        seen=tuple(sorted(seen)),
+        terminated=terminated,
+    )
+    return pack_record(record)
+
+
+def collect(st: AgentState) -> list[Put | Delete]:
+    """The records changed since the last call (written or deleted), and forget the changes."""
+    out: list[Put | Delete] = []
+    if st.dirty_agent and st.agent_id is not None:
+        out.append(Put(AGENT, _AGENT_KEY, pack_record(AgentRecord(agent_id=st.agent_id))))
+    for fid in sorted(st.dirty_frameworks):
+        fw = st.frameworks.get(fid)
+        out.append(Delete(FRAMEWORK, fid) if fw is None else Put(FRAMEWORK, fid, _framework(fw)))
+    for fid, eid in sorted(st.dirty_executors):
+        key = pair_key(fid, eid)
+        ex = st.executors.get((fid, eid))
+        out.append(Delete(EXECUTOR, key) if ex is None else Put(EXECUTOR, key, _executor(ex)))
+    for fid, tid in sorted(st.dirty_tasks):
+        key = pair_key(fid, tid)
+        task = st.tasks.get((fid, tid))
+        out.append(Delete(TASK, key) if task is None else Put(TASK, key, _task(task)))
+    for fid, tid in sorted(st.updates.take_dirty()):
+        key = pair_key(fid, tid)
+        value = _stream(st, fid, tid)
+        out.append(Delete(STREAM, key) if value is None else Put(STREAM, key, value))
+    st.dirty_agent = False
+    st.dirty_frameworks.clear()
+    st.dirty_executors.clear()
+    st.dirty_tasks.clear()
+    return out
+
+
+def everything(st: AgentState) -> dict[tuple[str, str], bytes]:
+    """Every durable record of the state as it is now (what the checkpoints add up to)."""
+    out: dict[tuple[str, str], bytes] = {}
+    if st.agent_id is not None:
+        out[(AGENT, _AGENT_KEY)] = pack_record(AgentRecord(agent_id=st.agent_id))
+    for fid, fw in st.frameworks.items():
+        out[(FRAMEWORK, fid)] = _framework(fw)
+    for (fid, eid), ex in st.executors.items():
+        out[(EXECUTOR, pair_key(fid, eid))] = _executor(ex)
+    for (fid, tid), task in st.tasks.items():
+        out[(TASK, pair_key(fid, tid))] = _task(task)
+    for fid, tid in st.updates:
+        value = _stream(st, fid, tid)
+        if value is not None:
+            out[(STREAM, pair_key(fid, tid))] = value
+    return out
+
+
+# --- decoding --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    agent_id: AgentID | None
+    frameworks: list[FrameworkRecord]
+    executors: list[ExecutorRecord]
+    tasks: list[TaskRecord]
+    streams: list[StreamRecord]
+
+
+def _unpack(cls: type[R], kind: str, key: str, value: bytes) -> R:
+    try:
+        return unpack_record(cls, value)
+    except ProtocolError as exc:
+        raise CheckpointError(f"checkpoint record {kind} {key!r} is unreadable: {exc}") from None
+
+
+def decode(records: Mapping[tuple[str, str], bytes]) -> Decoded:
+    """Read the records back (kinds other than the agent's are ignored: the shell's own)."""
+    out = Decoded(None, [], [], [], [])
+    agent_id = None
+    for (kind, key), value in sorted(records.items()):
+        if kind == AGENT:
+            agent_id = _unpack(AgentRecord, kind, key, value).agent_id
+        elif kind == FRAMEWORK:
+            out.frameworks.append(_unpack(FrameworkRecord, kind, key, value))
+        elif kind == EXECUTOR:
+            out.executors.append(_unpack(ExecutorRecord, kind, key, value))
+        elif kind == TASK:
+            out.tasks.append(_unpack(TaskRecord, kind, key, value))
+        elif kind == STREAM:
+            out.streams.append(_unpack(StreamRecord, kind, key, value))
+    if agent_id is None and (out.frameworks or out.executors or out.tasks or out.streams):
+        raise CheckpointError("checkpoint has records but no agent id")
+    return Decoded(agent_id, out.frameworks, out.executors, out.tasks, out.streams)
