@@ -187,14 +187,29 @@ def make_private() -> None:
 
 
 def private_tmp(sandbox: str, uid: int | None, gid: int | None) -> None:
-    """Without a root filesystem: ``<sandbox>/tmp`` is the container's /tmp."""
+    """Without a root filesystem: ``<sandbox>/tmp`` is the container's /tmp.
+
+    A sandbox that itself lies under /tmp (an agent whose work dir is there) stays reachable at
+    its own path: it is bind-mounted back onto that path inside the new /tmp (the directories
+    that takes are created in ``<sandbox>/tmp``, empty on the host)."""
     tmp = os.path.join(sandbox, "tmp")
     if not os.path.isdir(tmp):
         os.mkdir(tmp, 0o1777)
         os.chmod(tmp, 0o1777)
         if uid is not None:
             os.chown(tmp, uid, -1 if gid is None else gid)
-    bind(tmp, "/tmp", read_only=False, recursive=False)
+    inside = os.path.relpath(sandbox, "/tmp")
+    if inside.startswith(os.pardir) or inside == os.curdir:
+        bind(tmp, "/tmp", read_only=False, recursive=False)
+        return
+    held = os.open(sandbox, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        bind(tmp, "/tmp", read_only=False, recursive=False)
+        target = os.path.join("/tmp", inside)
+        os.makedirs(target, exist_ok=True)
+        bind(f"/proc/self/fd/{held}", target, read_only=False, recursive=False)
+    finally:
+        os.close(held)
 
 
 def fresh_proc(target: str) -> None:

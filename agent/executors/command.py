@@ -1,4 +1,5 @@
-"""The built-in command executor: runs the command tasks of one framework on one agent.
+"""The built-in executor: runs the command tasks of one framework on one agent, and task groups
+(Mesos's default executor: an executor whose ExecutorInfo names no command).
 
 ``python -m agora.agent.executors.command``, started by the agent with the executor environment
 (AGORA_AGENT_ENDPOINT, AGORA_FRAMEWORK_ID, AGORA_EXECUTOR_ID, AGORA_SANDBOX, ...). Per task:
@@ -11,16 +12,33 @@ of it before the terminal update. Kills: TASK_KILLING first when the framework h
 TASK_KILLING_STATE capability, SIGTERM to the task's process group, SIGKILL after the task's
 kill_grace_period (default 3 s). Shutdown (SHUTDOWN_EXECUTOR or SIGTERM): every task killed, the
 grace bounded by the executor's shutdown grace period, then exit 0.
+
+Containers: when the agent isolates tasks (AGORA_CONTAINER_CONFIG), each task runs in a container
+of its own (cgroup limits from its resources, namespaces, an image's root filesystem); a task the
+memory limit ended is TASK_FAILED with reason CONTAINER_LIMITATION_MEMORY. URIs are fetched into
+the task sandbox first (failure: TASK_FAILED, reason FETCHER_FAILED). A health check runs once the
+task is RUNNING; a change of health is a RUNNING update with ``healthy`` set, and a task that fails
+it too often is killed (reason TASK_HEALTH_CHECK_STATUS_UPDATED). Tasks run as the command's user,
+else the framework's (AGORA_TASK_USER) when the executor is root.
+
+Task groups launch all-or-nothing: if one task cannot start, the started ones are killed and every
+task of the group fails. When a task of a group fails, the others are killed with reason
+TASK_GROUP_MEMBER_FAILED.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import pwd
 import signal
+from dataclasses import dataclass, field
 from typing import Final
 
 import structlog
+from agora.agent.containers.fetcher import Fetcher, FetchError
+from agora.agent.executors.containment import TaskContainers
+from agora.agent.executors.health import HealthChecker, health_check_problem
 from agora.agent.executors.tasks import RunAs, TaskProcess, TaskProcesses
 from agora.sdk.executor import (
     EXECUTOR_ENV_VARS,
@@ -36,6 +54,7 @@ from agora.sdk.messages import (
     ExecutorInfo,
     FrameworkCapability,
     FrameworkInfo,
+    Reason,
     StatusSource,
     TaskGroupInfo,
     TaskInfo,
@@ -49,6 +68,11 @@ log = structlog.get_logger(__name__)
 
 DEFAULT_KILL_GRACE_PERIOD: Final = 3.0
 _BAD_TASK_IDS: Final = frozenset({"", ".", ".."})
+#: The environment variable naming the user tasks run as when their command names none.
+TASK_USER_ENV: Final = "AGORA_TASK_USER"
+#: Set by the agent when this process is a task group's default executor: it exits once its
+#: tasks are over (and their updates acknowledged).
+DEFAULT_EXECUTOR_ENV: Final = "AGORA_DEFAULT_EXECUTOR"
 
 
 def shutdown_kill_grace(shutdown_grace_period: float) -> float:
@@ -69,14 +93,42 @@ def exit_message(returncode: int | None) -> str:
     return f"Command terminated by signal {name}"
 
 
+@dataclass(eq=False, slots=True)
+class _Task:
+    """What the executor knows of one of its tasks."""
+
+    info: TaskInfo
+    group: _Group | None = None
+    run_as: RunAs | None = None
+    #: Fetching its URIs (before the spawn).
+    preparing: asyncio.Task[None] | None = None
+    health: HealthChecker | None = None
+    healthy: bool | None = None
+    #: Why the executor itself killed it (health, group failure), for its terminal update.
+    kill_reason: tuple[Reason, str] | None = None
+    started: bool = False
+    done: bool = False
+
+
+@dataclass(eq=False, slots=True)
+class _Group:
+    tasks: list[_Task] = field(default_factory=list)
+    failed: bool = False
+
+
 class CommandExecutor(Executor):
-    """Runs each task's CommandInfo as a process; many tasks at once."""
+    """Runs each task's CommandInfo as a process (in a container when the agent isolates)."""
 
     def __init__(self) -> None:
-        hidden = set(EXECUTOR_ENV_VARS)
+        hidden = set(EXECUTOR_ENV_VARS) | {TASK_USER_ENV, DEFAULT_EXECUTOR_ENV}
         self._base_env = {k: v for k, v in os.environ.items() if k not in hidden}
+        self._default_user = os.environ.get(TASK_USER_ENV) or None
+        self._exit_when_idle = os.environ.get(DEFAULT_EXECUTOR_ENV) == "1"
         self._driver: ExecutorDriver | None = None
         self._processes: TaskProcesses | None = None
+        self._containers: TaskContainers | None = None
+        self._fetcher: Fetcher | None = None
+        self._tasks: dict[TaskID, _Task] = {}
         self._kill_grace: dict[TaskID, float] = {}
         self._killing_state = False
         self._user: str | None = None
@@ -93,52 +145,43 @@ class CommandExecutor(Executor):
         self._killing_state = FrameworkCapability.TASK_KILLING_STATE in framework_info.capabilities
 
     def launch_task(self, driver: ExecutorDriver, task: TaskInfo) -> None:
-        processes = self._processes_of(driver)
-        task_id = task.task_id
-        if task_id in processes.live:
-            log.warning("duplicate_launch_ignored", task_id=task_id)
+        self._processes_of(driver)
+        if task.task_id in self._tasks:
+            log.warning("duplicate_launch_ignored", task_id=task.task_id)
             return
-        problem, run_as = self._check(task)
+        entry = _Task(task)
+        problem = self._admit(entry)
         if problem is not None:
-            self._update(task_id, TaskState.FAILED, problem)
+            self._update(task.task_id, TaskState.FAILED, problem, reason=_LAUNCH_FAILED)
             return
-        command = task.command
-        assert command is not None
-        env = dict(self._base_env)
-        env.update(command.environment)
-        env["AGORA_TASK_ID"] = task_id
-        env["AGORA_SANDBOX"] = processes.sandbox_of(task_id)
-        argv = (command.value or "",) if command.shell else command.argv
-        try:
-            processes.spawn(
-                task_id,
-                argv,
-                env,
-                shell=command.shell,
-                stream=task.labels.get(OUTPUT_LABEL) == "1",
-                run_as=run_as,
-            )
-        except OSError as exc:
-            log.warning("task_launch_failed", task_id=task_id, error=str(exc))
-            self._update(task_id, TaskState.FAILED, f"Failed to launch the command: {exc}")
-            return
-        grace = task.kill_grace_period
-        self._kill_grace[task_id] = DEFAULT_KILL_GRACE_PERIOD if grace is None else grace
-        self._update(task_id, TaskState.RUNNING)
+        self._tasks[task.task_id] = entry
+        self._prepare([entry])
 
     def launch_task_group(
         self, driver: ExecutorDriver, executor_info: ExecutorInfo, group: TaskGroupInfo
     ) -> None:
         self._processes_of(driver)
-        for task in group.tasks:
-            self._update(
-                task.task_id,
-                TaskState.FAILED,
-                "The command executor does not run task groups; give the group an executor",
-            )
+        tasks = [t for t in group.tasks if t.task_id not in self._tasks]
+        if len(tasks) != len(group.tasks):
+            log.warning("duplicate_group_launch_ignored", tasks=len(group.tasks) - len(tasks))
+        if not tasks:
+            return
+        members = _Group([_Task(t) for t in tasks])
+        problems = {m.info.task_id: self._admit(m) for m in members.tasks}
+        if any(problems.values()):
+            self._fail_group_launch(members, problems)
+            return
+        for member in members.tasks:
+            member.group = members
+            self._tasks[member.info.task_id] = member
+        self._prepare(members.tasks)
 
     def kill_task(self, driver: ExecutorDriver, task_id: TaskID) -> None:
         processes = self._processes_of(driver)
+        entry = self._tasks.get(task_id)
+        if entry is not None and entry.preparing is not None:
+            self._cancel_preparation(entry)
+            return
         process = processes.live.get(task_id)
         if process is None:
             log.info("kill_for_unknown_task", task_id=task_id)
@@ -151,6 +194,9 @@ class CommandExecutor(Executor):
     async def shutdown(self, driver: ExecutorDriver) -> None:
         processes = self._processes_of(driver)
         cap = shutdown_kill_grace(driver.environment.shutdown_grace_period)
+        for entry in list(self._tasks.values()):
+            if entry.preparing is not None:
+                self._cancel_preparation(entry)
         live = list(processes.live)
         log.info("command_executor_shutdown", tasks=len(live), grace_cap=cap)
         for task_id in live:
@@ -164,23 +210,232 @@ class CommandExecutor(Executor):
     def framework_message(self, driver: ExecutorDriver, data: bytes) -> None:
         log.debug("framework_message_ignored", size=len(data))
 
+    # ------------------------------------------------------------------ launching
+
+    def _admit(self, entry: _Task) -> str | None:
+        """Why the task cannot run here (None: it can); fills in whom it runs as."""
+        task = entry.info
+        problem, run_as = self._check(task)
+        if problem is None and self._containers is not None:
+            problem = self._containers.problem(task)
+        if problem is None and task.health_check is not None:
+            problem = health_check_problem(task.health_check)
+        entry.run_as = run_as
+        return problem
+
+    def _prepare(self, entries: list[_Task]) -> None:
+        """Fetch the tasks' URIs (if any), then start them together."""
+        if not any(e.info.command is not None and e.info.command.uris for e in entries):
+            self._start(entries)
+            return
+        job = asyncio.get_running_loop().create_task(self._fetch_then_start(entries))
+        for entry in entries:
+            entry.preparing = job
+
+    async def _fetch_then_start(self, entries: list[_Task]) -> None:
+        processes = self._processes_of(None)
+        fetcher = self._fetcher_of()
+        for entry in entries:
+            command = entry.info.command
+            if command is None or not command.uris:
+                continue
+            sandbox = processes.sandbox_of(entry.info.task_id)
+            os.makedirs(sandbox, exist_ok=True)
+            if entry.run_as is not None:
+                os.chown(sandbox, entry.run_as.uid, entry.run_as.gid)
+            try:
+                await fetcher.fetch_all(command.uris, sandbox)
+            except FetchError as exc:
+                for other in entries:
+                    other.preparing = None
+                self._fail_before_start(entries, entry, str(exc), Reason.FETCHER_FAILED)
+                return
+        for entry in entries:
+            entry.preparing = None
+        self._start(entries)
+
+    def _cancel_preparation(self, entry: _Task) -> None:
+        job = entry.preparing
+        assert job is not None
+        job.cancel()
+        members = entry.group.tasks if entry.group is not None else [entry]
+        for member in members:
+            member.preparing = None
+            if not member.done:
+                self._end(member, TaskState.KILLED, "Task killed before it started")
+
+    def _start(self, entries: list[_Task]) -> None:
+        """Spawn every task; for a group, all or nothing."""
+        processes = self._processes_of(None)
+        started: list[_Task] = []
+        for entry in entries:
+            error = self._spawn(processes, entry)
+            if error is not None:
+                for running in started:
+                    running.kill_reason = (Reason.TASK_GROUP_MEMBER_FAILED, error)
+                    processes.kill(running.info.task_id, 0.0)
+                self._fail_before_start(entries, entry, error, _LAUNCH_FAILED, spawned=started)
+                return
+            started.append(entry)
+        for entry in entries:
+            self._update(entry.info.task_id, TaskState.RUNNING)
+            self._watch_health(entry)
+
+    def _spawn(self, processes: TaskProcesses, entry: _Task) -> str | None:
+        task = entry.info
+        command = task.command
+        assert command is not None
+        host_sandbox = processes.sandbox_of(task.task_id)
+        env = dict(self._base_env)
+        env.update(command.environment)
+        env["AGORA_TASK_ID"] = task.task_id
+        starter = None
+        if self._containers is not None:
+            env["AGORA_SANDBOX"] = self._containers.sandbox_path(task, host_sandbox)
+            starter = self._containers.starter(task, entry.run_as)
+        else:
+            env["AGORA_SANDBOX"] = host_sandbox
+        argv = (command.value or "",) if command.shell else command.argv
+        try:
+            processes.spawn(
+                task.task_id,
+                argv,
+                env,
+                shell=command.shell,
+                stream=task.labels.get(OUTPUT_LABEL) == "1",
+                run_as=entry.run_as,
+                starter=starter,
+            )
+        except Exception as exc:  # OSError, the launcher's error: the task fails, we go on
+            log.warning("task_launch_failed", task_id=task.task_id, error=str(exc))
+            return f"Failed to launch the command: {exc}"
+        entry.started = True
+        grace = task.kill_grace_period
+        self._kill_grace[task.task_id] = DEFAULT_KILL_GRACE_PERIOD if grace is None else grace
+        return None
+
+    def _fail_before_start(
+        self,
+        entries: list[_Task],
+        culprit: _Task,
+        error: str,
+        reason: Reason,
+        *,
+        spawned: list[_Task] | None = None,
+    ) -> None:
+        """``culprit`` could not start: it fails, and so does the rest of its group (the ones
+        already spawned end when their processes exit, killed)."""
+        self._end(culprit, TaskState.FAILED, error, reason=reason)
+        for entry in entries:
+            if entry is culprit or entry.done or (spawned and entry in spawned):
+                continue
+            self._end(
+                entry,
+                TaskState.FAILED,
+                f"Task {culprit.info.task_id} of the group could not start: {error}",
+                reason=Reason.TASK_GROUP_MEMBER_FAILED,
+            )
+
+    def _fail_group_launch(self, group: _Group, problems: dict[TaskID, str | None]) -> None:
+        bad = next(tid for tid, problem in problems.items() if problem)
+        for member in group.tasks:
+            problem = problems[member.info.task_id]
+            if problem:
+                self._update(member.info.task_id, TaskState.FAILED, problem, reason=_LAUNCH_FAILED)
+            else:
+                self._update(
+                    member.info.task_id,
+                    TaskState.FAILED,
+                    f"Task {bad} of the group cannot run: {problems[bad]}",
+                    reason=Reason.TASK_GROUP_MEMBER_FAILED,
+                )
+        self._stop_if_idle()
+
+    def _stop_if_idle(self) -> None:
+        """A default executor's work is over once its group is: stop (the driver returns once
+        the agent has acknowledged every update)."""
+        if self._exit_when_idle and not self._tasks and self._driver is not None:
+            log.info("default_executor_done")
+            self._driver.stop()
+
+    # ------------------------------------------------------------------ health
+
+    def _watch_health(self, entry: _Task) -> None:
+        check = entry.info.health_check
+        if check is None:
+            return
+        processes = self._processes_of(None)
+        task_id = entry.info.task_id
+        env = dict(self._base_env)
+        assert entry.info.command is not None
+        env.update(entry.info.command.environment)
+        env["AGORA_TASK_ID"] = task_id
+
+        def changed(healthy: bool) -> None:
+            if entry.done or entry.healthy is healthy:
+                return
+            entry.healthy = healthy
+            self._update(
+                task_id,
+                TaskState.RUNNING,
+                "healthy" if healthy else "unhealthy",
+                reason=Reason.TASK_HEALTH_CHECK_STATUS_UPDATED,
+                healthy=healthy,
+            )
+
+        def unhealthy(why: str) -> None:
+            if entry.done:
+                return
+            entry.healthy = False
+            entry.kill_reason = (Reason.TASK_HEALTH_CHECK_STATUS_UPDATED, why)
+            log.info("task_unhealthy", task_id=task_id, why=why)
+            processes.kill(task_id, self._kill_grace.get(task_id, DEFAULT_KILL_GRACE_PERIOD))
+
+        entry.health = HealthChecker(
+            check,
+            sandbox=processes.sandbox_of(task_id),
+            env=env,
+            on_change=changed,
+            on_unhealthy=unhealthy,
+        )
+        entry.health.start()
+
     # ------------------------------------------------------------------ helpers
 
     def close(self) -> None:
         """Kill and reap whatever is still running (the process is about to exit)."""
+        for entry in self._tasks.values():
+            if entry.health is not None:
+                entry.health.stop()
+            if entry.preparing is not None:
+                entry.preparing.cancel()
         if self._processes is not None:
             self._processes.close()
             self._processes = None
+        if self._containers is not None:
+            self._containers.close()
 
-    def _processes_of(self, driver: ExecutorDriver) -> TaskProcesses:
+    def _processes_of(self, driver: ExecutorDriver | None) -> TaskProcesses:
         if self._processes is None:
+            assert driver is not None
             self._driver = driver
+            self._containers = TaskContainers.from_environ(driver.environment.framework_id)
             self._processes = TaskProcesses(
                 os.path.join(driver.sandbox, "tasks"),
                 on_output=self._output,
                 on_exit=self._exited,
             )
         return self._processes
+
+    def _fetcher_of(self) -> Fetcher:
+        if self._fetcher is None:
+            assert self._driver is not None
+            config = self._containers.config if self._containers is not None else None
+            cache = config.fetch_cache if config is not None else None
+            cache = cache or os.path.join(self._driver.sandbox, ".fetch-cache")
+            limit = config.fetch_cache_max if config is not None else 2 * 1024**3
+            self._fetcher = Fetcher(cache, limit)
+        return self._fetcher
 
     def _check(self, task: TaskInfo) -> tuple[str | None, RunAs | None]:
         """Why ``task`` cannot run (None: it can), and whom to run it as."""
@@ -194,22 +449,23 @@ class CommandExecutor(Executor):
             return "The task's command has no value to run through the shell", None
         if not command.shell and not command.argv:
             return "The task's command has no argv", None
-        if command.user is None:
+        wanted = command.user or self._default_user
+        if wanted is None:
             return None, None
         if self._user is None:
             self._user = pwd.getpwuid(os.geteuid()).pw_name
-        if command.user == self._user:
+        if wanted == self._user:
             return None, None
         if os.geteuid() != 0:
             return (
-                f"Cannot run the command as user {command.user!r}: the command executor runs as "
+                f"Cannot run the command as user {wanted!r}: the command executor runs as "
                 f"{self._user!r}, not root",
                 None,
             )
         try:
-            entry = pwd.getpwnam(command.user)
+            entry = pwd.getpwnam(wanted)
         except KeyError:
-            return f"Cannot run the command as user {command.user!r}: no such user", None
+            return f"Cannot run the command as user {wanted!r}: no such user", None
         groups = tuple(os.getgrouplist(entry.pw_name, entry.pw_gid))
         return None, RunAs(entry.pw_name, entry.pw_uid, entry.pw_gid, groups)
 
@@ -219,18 +475,90 @@ class CommandExecutor(Executor):
 
     def _exited(self, process: TaskProcess) -> None:
         code = process.returncode
-        self._kill_grace.pop(process.task_id, None)
-        if process.killed:
+        task_id = process.task_id
+        self._kill_grace.pop(task_id, None)
+        entry = self._tasks.get(task_id)
+        limitation = self._containers.finish(task_id) if self._containers is not None else None
+        reason: Reason | None = None
+        message = exit_message(code)
+        if limitation is not None:
+            state = TaskState.FAILED
+            reason, message = limitation
+        elif entry is not None and entry.kill_reason is not None:
+            state = TaskState.KILLED if process.killed else TaskState.FAILED
+            reason, why = entry.kill_reason
+            message = f"{why} ({message})"
+        elif process.killed:
             state = TaskState.KILLED
         elif code == 0:
             state = TaskState.FINISHED
         else:
             state = TaskState.FAILED
-        log.debug("task_exited", task_id=process.task_id, state=state.value, exit_code=code)
-        self._update(process.task_id, state, exit_message(code), exit_code=code)
+        log.debug("task_exited", task_id=task_id, state=state.value, exit_code=code)
+        if entry is None:
+            self._update(task_id, state, message, exit_code=code, reason=reason)
+            return
+        self._end(entry, state, message, exit_code=code, reason=reason)
+        group = entry.group
+        failed = state is TaskState.FAILED or (reason is Reason.TASK_HEALTH_CHECK_STATUS_UPDATED)
+        if group is not None and failed and not group.failed:
+            group.failed = True
+            self._kill_group(group, entry)
+
+    def _kill_group(self, group: _Group, culprit: _Task) -> None:
+        processes = self._processes_of(None)
+        why = f"Task {culprit.info.task_id} of the group failed"
+        for member in group.tasks:
+            if member is culprit or member.done:
+                continue
+            member.kill_reason = (Reason.TASK_GROUP_MEMBER_FAILED, why)
+            if member.preparing is not None:
+                self._cancel_preparation(member)
+            elif (
+                not processes.kill(
+                    member.info.task_id,
+                    self._kill_grace.get(member.info.task_id, DEFAULT_KILL_GRACE_PERIOD),
+                )
+                and not member.started
+            ):
+                self._end(member, TaskState.KILLED, why, reason=Reason.TASK_GROUP_MEMBER_FAILED)
+
+    def _end(
+        self,
+        entry: _Task,
+        state: TaskState,
+        message: str,
+        *,
+        exit_code: int | None = None,
+        reason: Reason | None = None,
+    ) -> None:
+        """The task's terminal update; the executor forgets it."""
+        if entry.done:
+            return
+        entry.done = True
+        if entry.health is not None:
+            entry.health.stop()
+            entry.health = None
+        self._tasks.pop(entry.info.task_id, None)
+        self._update(
+            entry.info.task_id,
+            state,
+            message,
+            exit_code=exit_code,
+            reason=reason,
+            healthy=entry.healthy,
+        )
+        self._stop_if_idle()
 
     def _update(
-        self, task_id: TaskID, state: TaskState, message: str = "", exit_code: int | None = None
+        self,
+        task_id: TaskID,
+        state: TaskState,
+        message: str = "",
+        exit_code: int | None = None,
+        *,
+        reason: Reason | None = None,
+        healthy: bool | None = None,
     ) -> None:
         assert self._driver is not None
         self._driver.send_status_update(
@@ -240,8 +568,13 @@ class CommandExecutor(Executor):
                 source=StatusSource.EXECUTOR,
                 message=message,
                 exit_code=exit_code,
+                reason=reason,
+                healthy=healthy,
             )
         )
+
+
+_LAUNCH_FAILED: Final = Reason.CONTAINER_LAUNCH_FAILED
 
 
 def main() -> None:

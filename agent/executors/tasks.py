@@ -25,7 +25,7 @@ import structlog
 from agora.sdk.executor import MAX_OUTPUT_CHUNK
 from agora.sdk.ids import TaskID
 
-__all__ = ["DRAIN_TIMEOUT", "RunAs", "TaskProcess", "TaskProcesses"]
+__all__ = ["DRAIN_TIMEOUT", "RunAs", "Starter", "TaskProcess", "TaskProcesses"]
 
 log = structlog.get_logger(__name__)
 
@@ -36,6 +36,13 @@ _FILE_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
 _DRAIN_READS_MAX: Final = 64
 # Python ignores these at start-up; a child's command must see the default dispositions.
 _DEFAULT_SIGNALS: Final = (signal.SIGPIPE, signal.SIGXFSZ)
+
+
+#: Starts a task's process another way than posix_spawn (in a container): called with the argv
+#: (``["/bin/sh", "-c", cmd]`` for shell commands, else unresolved), the environment, the sandbox,
+#: and the stdin/stdout/stderr descriptors; returns the pid to watch (a child of this process,
+#: leader of its own process group). Raises OSError or the launcher's error to fail the launch.
+Starter = Callable[[list[str], Mapping[str, str], str, int, int, int], int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +128,7 @@ class TaskProcesses:
         shell: bool,
         stream: bool,
         run_as: RunAs | None = None,
+        starter: Starter | None = None,
     ) -> TaskProcess:
         """Start ``argv`` (``/bin/sh -c argv[0]`` when ``shell``) in the task's sandbox.
 
@@ -157,16 +165,21 @@ class TaskProcesses:
                     out_r: _Stream("stdout", out_r, out),
                     err_r: _Stream("stderr", err_r, err),
                 }
-            if shell:
-                path, args = "/bin/sh", ["sh", "-c", argv[0]]
-            else:
-                path, args = _which(argv[0], env.get("PATH", os.defpath), sandbox), list(argv)
             popen = None
-            if run_as is None:
-                pid = self._posix_spawn(path, args, env, sandbox, child_out, child_err)
+            if starter is not None:
+                args = ["/bin/sh", "-c", argv[0]] if shell else list(argv)
+                pid = starter(args, env, sandbox, self._devnull, child_out, child_err)
             else:
-                popen = self._popen(path, args, env, sandbox, child_out, child_err, run_as)
-                pid = popen.pid
+                if shell:
+                    path, args = "/bin/sh", ["sh", "-c", argv[0]]
+                else:
+                    path = _which(argv[0], env.get("PATH", os.defpath), sandbox)
+                    args = list(argv)
+                if run_as is None:
+                    pid = self._posix_spawn(path, args, env, sandbox, child_out, child_err)
+                else:
+                    popen = self._popen(path, args, env, sandbox, child_out, child_err, run_as)
+                    pid = popen.pid
         except BaseException:
             for fd in opened:
                 os.close(fd)

@@ -20,13 +20,12 @@ from agora.agent.containers.launch import (
     become_subreaper,
     spawn,
 )
+from support.busybox import busybox_rootfs
 from support.polling import wait_for
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: namespaces and mounts")
 
 PATH = {"PATH": "/usr/bin:/bin"}
-BUSYBOX = "/bin/busybox"
-APPLETS = ("sh", "cat", "ls", "ps", "echo", "sleep", "hostname")
 
 
 def children() -> set[int]:
@@ -257,16 +256,7 @@ def test_exec_failure_in_a_pid_namespace_leaves_nothing(output: Output, sandbox:
 @pytest.fixture(scope="module")
 def image(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A root filesystem holding only busybox (Debian's busybox-static)."""
-    if not os.path.exists(BUSYBOX):
-        pytest.skip("needs /bin/busybox: apt-get install -y busybox-static")
-    root = tmp_path_factory.mktemp("image")
-    (root / "bin").mkdir()
-    (root / "etc").mkdir()
-    shutil.copy(BUSYBOX, root / "bin" / "busybox")
-    for applet in APPLETS:
-        (root / "bin" / applet).symlink_to("busybox")
-    (root / "etc" / "agora-image").write_text("busybox-image\n")
-    return root
+    return busybox_rootfs(tmp_path_factory.mktemp("image"))
 
 
 def snapshot(root: Path) -> list[tuple[str, int]]:

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, TaskID
 from agora.sdk.messages import (
+    URI,
     AgentInfo,
     CommandInfo,
     ExecutorInfo,
@@ -31,6 +32,7 @@ from agora.sdk.messages import (
     ExecutorToFramework,
     FrameworkCapability,
     FrameworkInfo,
+    LaunchTask,
     Message,
     RegisterExecutor,
     ReregisterExecutor,
@@ -68,21 +70,27 @@ def task(
     kill_grace_period: float | None = None,
     environment: Mapping[str, str] | None = None,
     user: str | None = None,
+    uris: Sequence[URI] = (),
+    **extra: Any,
 ) -> TaskInfo:
-    """A command task (a str runs through the shell, a sequence is an argv)."""
+    """A command task (a str runs through the shell, a sequence is an argv); ``extra`` are more
+    TaskInfo fields (health_check, container, resources)."""
     env = dict(environment or {})
     if isinstance(command, str):
-        info = CommandInfo(value=command, environment=env, user=user)
+        info = CommandInfo(value=command, environment=env, user=user, uris=tuple(uris))
     else:
-        info = CommandInfo(argv=tuple(command), shell=False, environment=env, user=user)
+        info = CommandInfo(
+            argv=tuple(command), shell=False, environment=env, user=user, uris=tuple(uris)
+        )
+    extra.setdefault("resources", TASK_RESOURCES)
     return TaskInfo(
         task_id=TaskID(task_id),
         name=task_id,
         agent_id=AGENT_ID,
-        resources=TASK_RESOURCES,
         command=info,
         labels=dict(labels or {}),
         kill_grace_period=kill_grace_period,
+        **extra,
     )
 
 
@@ -166,6 +174,9 @@ class FakeAgent:
     async def send(self, message: Message) -> bool:
         assert self.peer is not None, "no executor registered yet"
         return await self.server.send(self.peer, message)
+
+    async def send_launch(self, task: TaskInfo) -> None:
+        assert await self.send(LaunchTask(framework_id=FRAMEWORK_ID, task=task))
 
     async def wait_for(self, condition: Callable[[], Any], timeout: float = 15.0) -> Any:
         """Wait until ``condition()`` is truthy (re-checked on every arrival); returns it."""

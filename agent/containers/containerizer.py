@@ -1,0 +1,238 @@
+"""The containerizer: one container per task (or per custom executor), composed of the isolators in
+a :class:`ContainerConfig`.
+
+``Containerizer.launch`` creates the container's cgroup with limits from its resources, then starts
+the process through the container launcher (namespaces, root filesystem, user). The caller watches
+the returned pid; when it has exited, ``Container.limitation()`` says whether a limit ended it (the
+memory cgroup's OOM killer: CONTAINER_LIMITATION_MEMORY) and ``Container.destroy()`` kills whatever
+is left in the cgroup and removes it. With ``posix`` alone there is nothing to build: callers spawn
+processes their usual way and never call ``launch``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import structlog
+from agora.agent.containers.cgroups import Cgroup, CgroupError, Cgroups, Limits, Usage
+from agora.agent.containers.images import ImageStore
+from agora.agent.containers.isolation import ContainerConfig
+from agora.agent.containers.launch import Bind, ContainerSpec, LaunchError, spawn
+from agora.sdk.messages import ContainerInfo, Reason
+from agora.sdk.resources import Resources
+
+__all__ = ["Container", "Containerizer", "LaunchError", "User", "container_name"]
+
+log = structlog.get_logger(__name__)
+
+_MIB: Final = 1024 * 1024
+_NAME_CHARS: Final = re.compile(r"[^A-Za-z0-9_.-]")
+#: Where a task's sandbox appears inside an image's root filesystem.
+SANDBOX_IN_IMAGE: Final = "/mnt/sandbox"
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    uid: int
+    gid: int
+    groups: tuple[int, ...] = ()
+
+
+def container_name(*parts: str) -> str:
+    """A cgroup-safe, unique, readable name for the container of ``parts`` (framework, executor,
+    task ids): the last part, sanitized and shortened, plus a hash of them all."""
+    digest = hashlib.sha1("/".join(parts).encode()).hexdigest()[:12]
+    tail = _NAME_CHARS.sub("_", parts[-1])[:40] if parts else ""
+    return f"c-{tail}-{digest}"
+
+
+def limits_of(resources: Resources, config: ContainerConfig) -> Limits:
+    controllers = config.cgroup_controllers
+    cpus = resources.scalar("cpus")
+    mem = resources.scalar("mem")
+    return Limits(
+        cpus=cpus if "cpu" in controllers and cpus > 0 else None,
+        cfs_quota=config.cfs_quota and "cpu" in controllers and cpus > 0,
+        mem_bytes=int(mem * _MIB) if "memory" in controllers and mem > 0 else None,
+        pids_max=config.pids_max if "pids" in controllers else None,
+    )
+
+
+@dataclass(eq=False, slots=True)
+class Container:
+    """A started container: its watched pid and its cgroup (None without cgroup isolators)."""
+
+    name: str
+    pid: int
+    cgroup: Cgroup | None
+    #: Inside the container, the task's sandbox is here (differs from the host path with a rootfs).
+    sandbox_path: str
+
+    def limitation(self) -> tuple[Reason, str] | None:
+        """Why the container's limits ended it, if they did (check after the pid has exited)."""
+        if self.cgroup is None:
+            return None
+        try:
+            if self.cgroup.oom_killed():
+                return (
+                    Reason.CONTAINER_LIMITATION_MEMORY,
+                    "Memory limit exceeded: the container was OOM-killed",
+                )
+        except (OSError, CgroupError) as exc:
+            log.warning("container_oom_check_failed", container=self.name, error=str(exc))
+        return None
+
+    def usage(self) -> Usage | None:
+        if self.cgroup is None:
+            return None
+        try:
+            return self.cgroup.usage()
+        except (OSError, CgroupError):
+            return None
+
+    def update(self, limits: Limits) -> None:
+        if self.cgroup is not None:
+            self.cgroup.update(limits)
+
+    def destroy(self) -> None:
+        """Kill what is left in the container and remove its cgroup. Never raises."""
+        if self.cgroup is None:
+            return
+        try:
+            self.cgroup.destroy()
+        except (OSError, CgroupError) as exc:
+            log.error("container_destroy_failed", container=self.name, error=str(exc))
+
+
+class Containerizer:
+    """Builds containers per the config; ``cgroups`` is the detected hierarchy (None: no cgroup
+    isolators usable), ``images`` the image store (None: no images)."""
+
+    def __init__(
+        self,
+        config: ContainerConfig,
+        cgroups: Cgroups | None = None,
+        images: ImageStore | None = None,
+    ) -> None:
+        self.config = config
+        self._cgroups = cgroups if config.cgroup_controllers else None
+        self._images = images
+
+    @classmethod
+    def from_config(cls, config: ContainerConfig) -> Containerizer:
+        """Detect the cgroup hierarchy and open the image store the config names."""
+        cgroups = Cgroups.detect(config.cgroups_root) if config.cgroup_controllers else None
+        if config.cgroup_controllers and cgroups is None:
+            log.warning("cgroups_unavailable", isolators=sorted(config.isolators))
+        images = ImageStore(config.image_store) if config.image_store else None
+        return cls(config, cgroups, images)
+
+    @property
+    def cgroups(self) -> Cgroups | None:
+        return self._cgroups
+
+    def isolates(self, info: ContainerInfo | None) -> bool:
+        """Whether a task with ``info`` needs the launcher (else: a plain posix spawn)."""
+        return self.config.isolated or info is not None
+
+    def problem(self, info: ContainerInfo | None) -> str | None:
+        """Why this agent cannot give a task the container it asks for (None: it can)."""
+        if info is None:
+            return None
+        isolators = self.config.isolators
+        if info.network_isolation and "namespaces/net" not in isolators:
+            return "network isolation needs the agent's namespaces/net isolator"
+        if info.hostname is not None and "namespaces/uts" not in isolators:
+            return "a host name needs the agent's namespaces/uts isolator"
+        if info.image is not None:
+            if "filesystem/rootfs" not in isolators:
+                return "an image needs the agent's filesystem/rootfs isolator"
+            if self._images is None or self._images.get(info.image) is None:
+                return f"no image {info.image!r} in the agent's image store"
+        for volume in info.volumes:
+            if info.image is None and volume.container_path.startswith("/"):
+                return f"volume {volume.container_path!r}: an absolute path needs an image"
+            if ".." in volume.container_path.split("/"):
+                return f"volume {volume.container_path!r}: '..' is not allowed"
+        return None
+
+    def sandbox_path(self, info: ContainerInfo | None, sandbox: str) -> str:
+        """The task's sandbox as the task sees it."""
+        return SANDBOX_IN_IMAGE if info is not None and info.image is not None else sandbox
+
+    def launch(
+        self,
+        name: str,
+        *,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        sandbox: str,
+        stdin: int,
+        stdout: int,
+        stderr: int,
+        resources: Resources,
+        info: ContainerInfo | None = None,
+        user: User | None = None,
+        hostname: str | None = None,
+    ) -> Container:
+        """Create the container and start ``argv`` in it; raises LaunchError (nothing is left
+        behind then)."""
+        problem = self.problem(info)
+        if problem is not None:
+            raise LaunchError(problem)
+        cgroup: Cgroup | None = None
+        if self._cgroups is not None:
+            try:
+                cgroup = self._cgroups.create(name, limits_of(resources, self.config))
+            except (OSError, CgroupError) as exc:
+                raise LaunchError(f"cannot create the container's cgroup: {exc}") from None
+        namespaces = set(self.config.namespaces)
+        rootfs = None
+        volumes: tuple[Bind, ...] = ()
+        if info is not None:
+            if info.network_isolation:
+                namespaces.add("net")
+            if info.image is not None:
+                assert self._images is not None
+                record = self._images.get(info.image)
+                if record is None:
+                    raise LaunchError(f"no image {info.image!r} in the agent's image store")
+                rootfs = record.rootfs
+                namespaces.add("mount")
+            volumes = tuple(Bind(v.host_path, v.container_path, v.read_only) for v in info.volumes)
+            if volumes:
+                namespaces.add("mount")
+        if info is not None and info.hostname:
+            hostname = info.hostname
+        spec = ContainerSpec(
+            argv=tuple(argv),
+            env=env,
+            sandbox=sandbox,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            uid=user.uid if user else None,
+            gid=user.gid if user else None,
+            groups=user.groups if user else (),
+            cgroup_procs=cgroup.procs_files() if cgroup is not None else (),
+            namespaces=frozenset(namespaces),
+            hostname=hostname if "uts" in namespaces else None,
+            rootfs=rootfs,
+            volumes=volumes,
+        )
+        try:
+            pid = spawn(spec)
+        except BaseException:
+            if cgroup is not None:
+                Container(name, 0, cgroup, sandbox).destroy()
+            raise
+        return Container(name, pid, cgroup, self.sandbox_path(info, sandbox))
+
+    def recover(self, name: str, pid: int, sandbox: str) -> Container:
+        """The container of a running process started by an earlier agent or executor."""
+        cgroup = self._cgroups.open(name) if self._cgroups is not None else None
+        return Container(name, pid, cgroup, sandbox)

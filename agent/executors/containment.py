@@ -1,0 +1,112 @@
+"""How the built-in executor contains its tasks: one container per task, built by the agent's
+containerizer settings (passed in AGORA_CONTAINER_CONFIG).
+
+``TaskContainers.starter(task, user)`` gives :class:`~agora.agent.executors.tasks.TaskProcesses` a
+way to start the task's process inside a fresh container (or None: a plain posix spawn will do);
+``finish(task_id)`` is called once the process has exited: it tells whether a container limit
+ended the task and destroys the container. ``usage()`` samples every live container.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+import structlog
+from agora.agent.containers.containerizer import Container, Containerizer, User, container_name
+from agora.agent.containers.isolation import ContainerConfig
+from agora.agent.containers.launch import become_subreaper
+from agora.agent.executors.tasks import RunAs, Starter
+from agora.sdk.ids import FrameworkID, TaskID
+from agora.sdk.messages import Reason, TaskInfo
+
+__all__ = ["TaskContainers"]
+
+log = structlog.get_logger(__name__)
+
+_HOSTNAME_MAX: Final = 63
+
+
+class TaskContainers:
+    def __init__(self, framework_id: FrameworkID, config: ContainerConfig) -> None:
+        self._framework_id = framework_id
+        self._containerizer = Containerizer.from_config(config)
+        self._live: dict[TaskID, Container] = {}
+        if "pid" in config.namespaces:
+            # The launcher's init processes are re-parented to us: we reap them.
+            become_subreaper()
+
+    @classmethod
+    def from_environ(
+        cls, framework_id: FrameworkID, environ: Mapping[str, str] | None = None
+    ) -> TaskContainers:
+        return cls(framework_id, ContainerConfig.from_environ(environ))
+
+    @property
+    def config(self) -> ContainerConfig:
+        return self._containerizer.config
+
+    def problem(self, task: TaskInfo) -> str | None:
+        """Why this agent cannot contain ``task`` as it asks (None: it can)."""
+        return self._containerizer.problem(task.container)
+
+    def sandbox_path(self, task: TaskInfo, host_sandbox: str) -> str:
+        """The task's sandbox as the task sees it (inside an image: /mnt/sandbox)."""
+        return self._containerizer.sandbox_path(task.container, host_sandbox)
+
+    def starter(self, task: TaskInfo, run_as: RunAs | None) -> Starter | None:
+        """How to start ``task`` in its container; None when a posix spawn is enough."""
+        if not self._containerizer.isolates(task.container):
+            return None
+        name = container_name(self._framework_id, task.task_id)
+        user = User(run_as.uid, run_as.gid, run_as.groups) if run_as is not None else None
+        hostname = _hostname_for(task.task_id)
+
+        def start(
+            argv: list[str],
+            env: Mapping[str, str],
+            sandbox: str,
+            stdin: int,
+            stdout: int,
+            stderr: int,
+        ) -> int:
+            container = self._containerizer.launch(
+                name,
+                argv=argv,
+                env=env,
+                sandbox=sandbox,
+                stdin=stdin,
+                stdout=stdout,
+                stderr=stderr,
+                resources=task.resources,
+                info=task.container,
+                user=user,
+                hostname=hostname,
+            )
+            self._live[task.task_id] = container
+            return container.pid
+
+        return start
+
+    def finish(self, task_id: TaskID) -> tuple[Reason, str] | None:
+        """The task's process has exited: what limit ended it (if any); the container goes."""
+        container = self._live.pop(task_id, None)
+        if container is None:
+            return None
+        limitation = container.limitation()
+        container.destroy()
+        return limitation
+
+    def usage(self) -> dict[TaskID, Container]:
+        return dict(self._live)
+
+    def close(self) -> None:
+        """Destroy every container left (the executor is exiting)."""
+        for task_id in list(self._live):
+            self.finish(task_id)
+
+
+def _hostname_for(task_id: str) -> str:
+    """A valid host name made from a task id: letters, digits and '-' only, at most 63."""
+    name = "".join(c if c.isascii() and (c.isalnum() or c == "-") else "-" for c in task_id)
+    return name.strip("-")[:_HOSTNAME_MAX].strip("-") or "task"

@@ -1,0 +1,186 @@
+"""Tasks in containers, through the real built-in executor (driven by a fake agent) with the
+isolation an agent running as root gives it: cgroup limits, pid/mount/uts/ipc namespaces, an
+image's root filesystem, network isolation. Each test leaves no cgroup and no process behind."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+
+import pytest
+from agora.agent.containers.cgroups import Cgroups
+from agora.agent.containers.containerizer import container_name
+from agora.agent.containers.images import ImageStore
+from agora.agent.containers.isolation import CONTAINER_CONFIG_ENV, ISOLATORS, ContainerConfig
+from agora.sdk.messages import ContainerInfo, Reason, TaskState
+from agora.sdk.resources import Resources
+from support.busybox import MARKER, busybox_rootfs
+from support.executor_kit import FRAMEWORK_ID, ExecutorProcess, FakeAgent, cleanup, task
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root: cgroups and namespaces"),
+    pytest.mark.timeout(60),
+]
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Iterator[ContainerConfig]:
+    root = f"agora-test/{uuid.uuid4().hex[:12]}"
+    cgroups = Cgroups.detect(root)
+    if cgroups is None or not {"cpu", "memory", "pids"} <= cgroups.controllers:
+        pytest.skip("needs the cpu, memory and pids cgroup controllers")
+    yield ContainerConfig(
+        isolators=frozenset(ISOLATORS) - {"gpu/nvidia"},
+        cgroups_root=root,
+        cfs_quota=True,
+        image_store=str(tmp_path / "images"),
+    )
+    assert cgroups.names() == [], "a container's cgroup was left behind"
+    cgroups.cleanup_root()
+
+
+def run(coro: Awaitable[None], timeout: float = 50.0) -> None:
+    async def bounded() -> None:
+        await asyncio.wait_for(coro, timeout)
+
+    asyncio.run(bounded())
+
+
+async def with_executor(
+    root: Path,
+    config: ContainerConfig,
+    body: Callable[[FakeAgent, ExecutorProcess], Awaitable[None]],
+) -> None:
+    agent = FakeAgent.start()
+    executor = ExecutorProcess.start(
+        root, agent.endpoint, env={CONTAINER_CONFIG_ENV: config.to_json()}
+    )
+    try:
+        await agent.wait_for(lambda: agent.peer, timeout=30)
+        await body(agent, executor)
+    except BaseException:
+        print(executor.log())
+        raise
+    finally:
+        cleanup(root, executor)
+        await agent.close()
+        # What the executor did not get to destroy (it was killed): as the agent would.
+        cgroups = Cgroups.detect(config.cgroups_root)
+        assert cgroups is not None
+        for name in cgroups.names():
+            cgroup = cgroups.open(name)
+            if cgroup is not None:
+                cgroup.destroy()
+
+
+def _res(text: str) -> Resources:
+    return Resources.parse(text)
+
+
+def test_memory_breach_fails_the_task_and_spares_its_neighbour(
+    tmp_path: Path, config: ContainerConfig
+) -> None:
+    hog = "python3 -c 'import time; b = b\"x\" * (128 << 20); time.sleep(30)'"
+
+    async def body(agent: FakeAgent, executor: ExecutorProcess) -> None:
+        await agent.send_launch(
+            task("calm", "echo $$ > pid; exec sleep 60", resources=_res("cpus:0.2;mem:64"))
+        )
+        await agent.wait_state("calm", TaskState.RUNNING)
+        await agent.send_launch(task("hog", hog, resources=_res("cpus:0.2;mem:64")))
+        status = await agent.wait_terminal("hog", timeout=30)
+        assert status.state is TaskState.FAILED
+        assert status.reason is Reason.CONTAINER_LIMITATION_MEMORY
+        await asyncio.sleep(0.3)  # the neighbour has had every chance to be hit
+        assert agent.terminal("calm") is None
+        cgroups = Cgroups.detect(config.cgroups_root)
+        assert cgroups is not None
+        calm = cgroups.open(container_name(FRAMEWORK_ID, "calm"))
+        assert calm is not None and calm.pids(), "the neighbour's container still runs"
+
+    run(with_executor(tmp_path, config, body))
+
+
+def test_half_a_cpu_under_cfs_gets_half_a_core(tmp_path: Path, config: ContainerConfig) -> None:
+    async def body(agent: FakeAgent, _: ExecutorProcess) -> None:
+        await agent.send_launch(
+            task("busy", "while :; do :; done", resources=_res("cpus:0.5;mem:64"))
+        )
+        await agent.wait_state("busy", TaskState.RUNNING)
+        cgroups = Cgroups.detect(config.cgroups_root)
+        assert cgroups is not None
+        cgroup = cgroups.open(container_name(FRAMEWORK_ID, "busy"))
+        assert cgroup is not None
+        await asyncio.sleep(0.3)  # past the spawn
+        cpu0, t0 = cgroup.usage().cpu_seconds, time.monotonic()
+        await asyncio.sleep(3.0)
+        share = (cgroup.usage().cpu_seconds - cpu0) / (time.monotonic() - t0)
+        assert 0.35 <= share <= 0.65, f"{share:.2f} of a core"
+        assert cgroup.usage().cpu_limit == pytest.approx(0.5)
+
+    run(with_executor(tmp_path, config, body))
+
+
+def test_ps_sees_only_the_task_and_the_hostname_is_its_own(
+    tmp_path: Path, config: ContainerConfig
+) -> None:
+    async def body(agent: FakeAgent, executor: ExecutorProcess) -> None:
+        await agent.send_launch(task("lonely", "hostname; ps -e -o pid= -o comm="))
+        assert (await agent.wait_terminal("lonely")).state is TaskState.FINISHED
+        lines = (executor.task_dir("lonely") / "stdout").read_text().splitlines()
+        assert lines[0] == "lonely" and lines[0] != os.uname().nodename
+        procs = [line.split() for line in lines[1:]]
+        # The init, the shell and ps itself (hostname came and went): nothing of the host.
+        assert len(procs) == 3, procs
+        assert [int(pid) for pid, _ in procs[:2]] == [1, 2] and int(procs[2][0]) < 10, procs
+        assert [comm for _, comm in procs[1:]] == ["sh", "ps"]
+
+    run(with_executor(tmp_path, config, body))
+
+
+def test_a_task_with_an_image_sees_the_image_not_the_host(
+    tmp_path: Path, config: ContainerConfig
+) -> None:
+    assert config.image_store is not None
+    ImageStore(config.image_store).import_image("bb", str(busybox_rootfs(tmp_path / "rootfs")))
+    script = (
+        "cat /etc/agora-image; test -e /etc/debian_version || echo no-debian; "
+        "pwd; echo $AGORA_SANDBOX"
+    )
+
+    async def body(agent: FakeAgent, executor: ExecutorProcess) -> None:
+        await agent.send_launch(task("boxed", script, container=ContainerInfo(image="bb")))
+        status = await agent.wait_terminal("boxed")
+        assert status.state is TaskState.FINISHED, status.message
+        out = (executor.task_dir("boxed") / "stdout").read_text().split()
+        assert out == [MARKER, "no-debian", "/mnt/sandbox", "/mnt/sandbox"]
+
+    run(with_executor(tmp_path, config, body))
+
+
+def test_an_unknown_image_fails_the_launch_clearly(tmp_path: Path, config: ContainerConfig) -> None:
+    async def body(agent: FakeAgent, _: ExecutorProcess) -> None:
+        await agent.send_launch(task("lost", "true", container=ContainerInfo(image="nope")))
+        status = await agent.wait_terminal("lost")
+        assert status.state is TaskState.FAILED
+        assert "no image 'nope'" in status.message
+        assert agent.states("lost") == [TaskState.FAILED]
+
+    run(with_executor(tmp_path, config, body))
+
+
+def test_network_isolation_leaves_only_loopback(tmp_path: Path, config: ContainerConfig) -> None:
+    script = "cat /proc/net/dev | tail -n +3 | cut -d: -f1"
+
+    async def body(agent: FakeAgent, executor: ExecutorProcess) -> None:
+        info = ContainerInfo(network_isolation=True)
+        await agent.send_launch(task("netless", script, container=info))
+        assert (await agent.wait_terminal("netless")).state is TaskState.FINISHED
+        interfaces = (executor.task_dir("netless") / "stdout").read_text().split()
+        assert interfaces == ["lo"]
+
+    run(with_executor(tmp_path, config, body))
