@@ -8,9 +8,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from agora.agent.containers.gpus import Gpu, discover_gpus
+from agora.agent.containers.isolation import ISOLATORS, parse_isolation
 from agora.agent.core import AgentConfig
 from agora.agent.server.resources import host_resources, parse_attributes
 from agora.sdk.logs import LOG_FORMATS, LOG_LEVELS
+from agora.sdk.resources import Resources
 from agora.sdk.settings import (
     Option,
     parse_bool,
@@ -49,6 +52,13 @@ def _text(text: str) -> str:
 def _optional_port(text: str) -> int | None:
     """``none``/``off`` for no HTTP server, else a TCP port (0: a free one)."""
     return None if text.strip().lower() in ("none", "off") else parse_port(text)
+
+
+def _size_mib(text: str) -> int:
+    value = int(text.strip())
+    if value < 0:
+        raise ValueError("expected a size in MiB >= 0")
+    return value
 
 
 def _optional_text(text: str) -> str | None:
@@ -144,6 +154,43 @@ OPTIONS: tuple[Option, ...] = (
         flag=True,
     ),
     Option(
+        "isolation",
+        _text,
+        "auto",
+        "isolators to use, comma-separated, or 'auto' for every one this host supports; known: "
+        + ", ".join(ISOLATORS),
+    ),
+    Option(
+        "cgroups_root",
+        _text,
+        "agora",
+        "cgroup (under the agent's own) that holds the containers' cgroups",
+    ),
+    Option(
+        "cgroups_enable_cfs",
+        parse_bool,
+        False,
+        "cap each container's cpu time with a CFS quota from its cpus (not just shares)",
+        flag=True,
+    ),
+    Option("image_store", _path, None, "image store directory (None: <work-dir>/images)"),
+    Option(
+        "fetcher_cache_dir", _path, None, "fetch cache directory (None: <work-dir>/fetch-cache)"
+    ),
+    Option("fetcher_cache_size", _size_mib, 2048, "fetch cache size cap in MiB"),
+    Option(
+        "recover",
+        parse_choice(("reconnect", "cleanup")),
+        "reconnect",
+        "after a restart: reconnect to the executors still running, or cleanup (kill them)",
+    ),
+    Option(
+        "nvidia_smi",
+        _optional_text,
+        None,
+        "nvidia-smi to discover GPUs with (None: from PATH; 'none': no GPUs)",
+    ),
+    Option(
         "http_port",
         _optional_port,
         0,
@@ -193,6 +240,16 @@ class DaemonSettings:
     http_bind: str = "127.0.0.1"
     #: The host reported for the HTTP API (the daemon fills in the port once bound).
     advertise_host: str = "127.0.0.1"
+    #: Isolators asked for (None: every one the host supports).
+    isolation: frozenset[str] | None = None
+    cgroups_root: str = "agora"
+    cgroups_enable_cfs: bool = False
+    image_store: str = ""
+    fetcher_cache_dir: str = ""
+    fetcher_cache_bytes: int = 2048 * 1024 * 1024
+    recover: str = "reconnect"
+    #: The GPUs found with nvidia-smi (advertised as ``gpus`` unless --resources names gpus).
+    gpus: tuple[Gpu, ...] = ()
 
 
 def build(values: Mapping[str, Any]) -> tuple[AgentConfig, DaemonSettings]:
@@ -202,6 +259,10 @@ def build(values: Mapping[str, Any]) -> tuple[AgentConfig, DaemonSettings]:
         resources = host_resources(work_dir, values["resources"])
     except ValueError as exc:
         raise ConfigError(f"--resources: {exc}") from None
+    smi = values["nvidia_smi"]
+    gpus = () if smi is not None and smi.lower() == "none" else tuple(discover_gpus(smi))
+    if gpus and "gpus" not in resources.names():
+        resources = resources + Resources.parse(f"gpus:{len(gpus)}")
     try:
         attributes = parse_attributes(values["attributes"])
     except ValueError as exc:
@@ -225,6 +286,13 @@ def build(values: Mapping[str, Any]) -> tuple[AgentConfig, DaemonSettings]:
     )
     if len(advertise) > 255:
         raise ConfigError("--advertise-host: at most 255 characters")
+    try:
+        isolation = parse_isolation(values["isolation"])
+    except ValueError as exc:
+        raise ConfigError(f"--isolation: {exc}") from None
+    cgroups_root = values["cgroups_root"].strip("/")
+    if not cgroups_root or ".." in cgroups_root.split("/"):
+        raise ConfigError("--cgroups-root: a relative cgroup path without '..'")
     config = AgentConfig(
         hostname=hostname,
         resources=resources,
@@ -251,5 +319,13 @@ def build(values: Mapping[str, Any]) -> tuple[AgentConfig, DaemonSettings]:
         http_port=values["http_port"],
         http_bind=http_bind,
         advertise_host=advertise,
+        isolation=isolation,
+        cgroups_root=cgroups_root,
+        cgroups_enable_cfs=bool(values["cgroups_enable_cfs"]),
+        image_store=values["image_store"] or os.path.join(work_dir, "images"),
+        fetcher_cache_dir=values["fetcher_cache_dir"] or os.path.join(work_dir, "fetch-cache"),
+        fetcher_cache_bytes=values["fetcher_cache_size"] * 1024 * 1024,
+        recover=values["recover"],
+        gpus=gpus,
     )
     return config, settings

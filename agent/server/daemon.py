@@ -6,9 +6,18 @@ time (``recv_nowait``); the actions it returns are performed at once: messages a
 ordered outbox that a single sender task drains, launches and signals happen in place. The core
 ticks every 0.1 s. Bad frames are logged and dropped; nothing a peer sends stops the daemon.
 
-SIGTERM/SIGINT (or SHUTDOWN_AGENT from the master): every executor gets SIGTERM, then SIGKILL after
-the executor shutdown grace period, what they leave behind is killed, the status updates that
-produced are flushed, the master is told UNREGISTER_AGENT, and :meth:`AgentDaemon.run` returns 0.
+Durability: every change the core makes to its durable state (agent id, frameworks, executors,
+tasks, unacknowledged status updates) is written to the journal under ``<work-dir>/meta`` and
+committed (one fsync per burst of stimuli) before the actions it caused are performed, so nothing
+acknowledged to an executor can be lost. A restarted agent recovers from it (see
+:mod:`agora.agent.server.checkpointing`): executors still running are adopted and re-attach
+(``--recover=reconnect``) or are killed (``--recover=cleanup``); it re-registers with the same id.
+
+SIGTERM/SIGINT: the agent exits and leaves its executors running (they wait up to their recovery
+timeout for it to come back), as for an upgrade. SIGUSR1, or SHUTDOWN_AGENT from the master,
+drains: every executor gets SIGTERM, then SIGKILL after the executor shutdown grace period, what
+they leave behind is killed, the status updates that produced are flushed, the master is told
+UNREGISTER_AGENT, the checkpoint is discarded, and :meth:`AgentDaemon.run` returns 0.
 """
 
 from __future__ import annotations
@@ -25,6 +34,10 @@ from typing import Final
 
 import structlog
 import zmq
+from agora.agent.containers.cgroups import CgroupError, Cgroups
+from agora.agent.containers.containerizer import container_name
+from agora.agent.containers.gpus import GpuAllocator
+from agora.agent.containers.isolation import CONTAINER_CONFIG_ENV, ContainerConfig
 from agora.agent.core import (
     Agent,
     AgentConfig,
@@ -34,18 +47,30 @@ from agora.agent.core import (
     ToExecutor,
     ToMaster,
 )
+from agora.agent.core.state import is_final
+from agora.agent.server.checkpointing import Checkpointer, find_alive
 from agora.agent.server.config import DaemonSettings, option_env_names
+from agora.agent.server.gpu_assign import GpuAssignments
 from agora.agent.server.http import make_app
+from agora.agent.server.isolation import (
+    IsolationError,
+    choose_container_config,
+    destroy_orphan_containers,
+    release_agent_cgroups,
+)
+from agora.agent.server.journal import JournalError
 from agora.agent.server.processes import (
     ExecutorProcesses,
     LaunchError,
     executor_argv,
     executor_environment,
     resolve_sandbox,
+    runs_default_executor,
 )
+from agora.agent.server.usage import sample_usage
 from agora.sdk.httpd import start_http
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID
-from agora.sdk.messages import Error, Message, UnregisterAgent
+from agora.sdk.messages import ContainerUsage, Error, Message, Pong, UnregisterAgent
 from agora.sdk.transport import CurveClient, Received, TransportClosed, ZmqClient, ZmqServer
 from aiohttp import web
 
@@ -58,6 +83,7 @@ _BURST: Final = 512  # frames handled per turn before yielding to the other task
 _FLUSH_TIMEOUT: Final = 2.0  # at shutdown, how long queued messages may take to go out
 _SETTLE: Final = 0.1  # seconds, see _shutdown
 _ANY_HOSTS: Final = ("0.0.0.0", "*", "[::]", "::")
+_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
 
 
 def advertised_endpoint(bound: str) -> str:
@@ -99,6 +125,12 @@ class AgentDaemon:
         self._stop_reason = ""
         self._stopping = False
         self._terminated_by_master = False
+        #: Stop by draining (kill every executor, unregister) rather than leaving them running.
+        self._drain = False
+        self._checkpoint = Checkpointer(self._work_dir)
+        #: Actions held while a burst of stimuli is fed to the core (performed after one commit).
+        self._pending: list[object] = []
+        self._in_burst = False
         self._exit_code = 0
         self._client: ZmqClient | None = None
         self._server: ZmqServer | None = None
@@ -107,6 +139,9 @@ class AgentDaemon:
         self._http: web.AppRunner | None = None
         self._http_port = 0
         self._drop_env = option_env_names()
+        self._containers = ContainerConfig()
+        self._cgroups: Cgroups | None = None
+        self._gpus: GpuAssignments | None = None
         self.bad_frames = 0
 
     @property
@@ -116,6 +151,11 @@ class AgentDaemon:
     @property
     def executor_endpoint(self) -> str:
         return self._endpoint
+
+    @property
+    def container_config(self) -> ContainerConfig:
+        """The isolators in use and what the built-in executor needs to contain tasks."""
+        return self._containers
 
     @property
     def http_port(self) -> int:
@@ -129,15 +169,32 @@ class AgentDaemon:
         loop = asyncio.get_running_loop()
         os.makedirs(self._work_dir, exist_ok=True)
         self._work_dir = os.path.realpath(self._work_dir)
+        self._checkpoint = Checkpointer(self._work_dir)
+        try:
+            records = self._checkpoint.open()
+        except (OSError, JournalError) as exc:
+            log.error("checkpoint_unusable", work_dir=self._work_dir, error=str(exc))
+            return 1
+        try:
+            self._containers, self._cgroups = choose_container_config(
+                self._settings, self._work_dir, gpus=bool(self._settings.gpus)
+            )
+        except IsolationError as exc:
+            log.error("isolation_unavailable", error=str(exc))
+            return 1
         self._processes = ExecutorProcesses(
             loop, self._work_dir, self._executor_exited, switch_user=self._settings.switch_user
         )
-        try:
-            self._server = ZmqServer.bind(self._settings.executor_bind)
-        except zmq.ZMQError as exc:
-            log.error("executor_bind_failed", endpoint=self._settings.executor_bind, error=str(exc))
+        self._server = self._bind_executor_socket(Checkpointer.executor_endpoint(records))
+        if self._server is None:
+            self._checkpoint.close()
             return 1
         self._endpoint = advertised_endpoint(self._server.endpoint)
+        self._checkpoint.record_endpoint(self._server.endpoint)
+        if "gpu/nvidia" in self._containers.isolators:
+            self._gpus = GpuAssignments(
+                GpuAllocator(self._settings.gpus), os.path.join(self._work_dir, "gpus.json")
+            )
         if self._settings.http_port is not None:
             # Before registering: the master learns the bound port in AgentInfo.
             app = make_app(lambda: self._core, self._work_dir)
@@ -162,8 +219,12 @@ class AgentDaemon:
             address=self._settings.advertise_host if self._http_port else "",
         )
         self._core = Agent(self._config)
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self._signalled, sig.name)
+        if not self._recover(records):
+            self._server.close()
+            self._checkpoint.close()
+            return 1
+        for sig in _SIGNALS:
+            loop.add_signal_handler(sig, self._signalled, sig)
         tasks: list[asyncio.Task[None]] = []
         try:
             try:
@@ -184,6 +245,7 @@ class AgentDaemon:
                 hostname=self._config.hostname,
                 resources=self._config.resources.to_text(),
                 subreaper=self._processes.subreaper,
+                isolation=",".join(sorted(self._containers.isolators)),
                 pid=os.getpid(),
             )
             tasks = [
@@ -198,7 +260,7 @@ class AgentDaemon:
             log.info("agent_stopping", reason=self._stop_reason)
             await self._shutdown()
         finally:
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            for sig in _SIGNALS:
                 loop.remove_signal_handler(sig)
             for task in tasks:
                 task.cancel()
@@ -216,15 +278,74 @@ class AgentDaemon:
                     await self._http.cleanup()
                 except Exception:
                     log.exception("http_shutdown_failed")
+            self._checkpoint.close()
         log.info("agent_stopped", reason=self._stop_reason, status=self._exit_code)
         return self._exit_code
 
-    def _signalled(self, name: str) -> None:
-        if self._stop.is_set() and self._processes is not None:
-            # A second signal while stopping: no more grace.
-            log.warning("agent_stop_hastened", signal=name)
+    def _bind_executor_socket(self, recorded: str | None) -> ZmqServer | None:
+        """The executor socket: where the previous agent process had it, when recovering, so
+        that its executors find this one; else (or if that is taken) ``--executor-bind``."""
+        if recorded:
+            try:
+                return ZmqServer.bind(recorded)
+            except zmq.ZMQError as exc:
+                log.warning("executor_endpoint_not_recovered", endpoint=recorded, error=str(exc))
+        try:
+            return ZmqServer.bind(self._settings.executor_bind)
+        except zmq.ZMQError as exc:
+            log.error("executor_bind_failed", endpoint=self._settings.executor_bind, error=str(exc))
+            return None
+
+    def _recover(self, records: dict[tuple[str, str], bytes]) -> bool:
+        """Take the core's state back from the checkpoint and adopt the executors still running.
+        False (the agent must not start) when the checkpoint cannot be read."""
+        if not Checkpointer.recovering(records):
+            if self._cgroups is not None:
+                destroy_orphan_containers(self._cgroups, ())
+            return True
+        assert self._processes is not None
+        cleanup = self._settings.recover == "cleanup"
+        alive = find_alive(self._work_dir, Checkpointer.executors(records))
+        for (fid, eid), pid in alive.items():
+            sandbox = resolve_sandbox(self._work_dir, f"frameworks/{fid}/executors/{eid}")
+            if self._processes.adopt(fid, eid, pid, sandbox) is None:
+                del alive[(fid, eid)]
+        try:
+            actions = self._core.recover(records, time.time(), alive=set(alive), cleanup=cleanup)
+        except ValueError as exc:
+            log.error(
+                "checkpoint_unreadable",
+                error=str(exc),
+                hint="move <work-dir>/meta away to start this agent afresh",
+            )
+            return False
+        log.info(
+            "agent_recovered",
+            agent_id=self._core.agent_id,
+            tasks=len(self._core.state.tasks),
+            executors_alive=len(alive),
+            mode=self._settings.recover,
+        )
+        self._pending.extend(actions)
+        self._checkpoint.save(self._core.checkpoint())
+        self._flush()
+        if self._cgroups is not None:
+            live = (
+                container_name(task.framework_id, task.info.task_id)
+                for task in self._core.state.tasks.values()
+                if (task.framework_id, task.executor_id) in alive and not cleanup
+            )
+            destroy_orphan_containers(self._cgroups, live)
+        return True
+
+    def _signalled(self, sig: signal.Signals) -> None:
+        if sig is signal.SIGUSR1:
+            self._drain = True
+        if self._stop.is_set() and self._processes is not None and self._drain:
+            # A second signal while draining: no more grace.
+            log.warning("agent_stop_hastened", signal=sig.name)
             self._processes.kill_all()
-        self.request_stop(f"signal {name}")
+        self.request_stop(f"signal {sig.name}")
 
     def request_stop(self, reason: str) -> None:
         if not self._stop.is_set():
@@ -243,6 +364,12 @@ class AgentDaemon:
     async def _shutdown(self) -> None:
         assert self._processes is not None
         self._stopping = True
+        if not self._drain:
+            # An exit (upgrade, restart): the executors stay and re-attach to the next agent.
+            self._flush()
+            log.info("executors_left_running", count=len(self._processes))
+            await self._flush_outbox()
+            return
         grace = self._config.executor_shutdown_grace_period
         # Executors keep talking while they wind down: their final updates reach the master.
         await self._processes.terminate_all(grace)
@@ -250,6 +377,13 @@ class AgentDaemon:
         if agent_id is not None and not self._terminated_by_master:
             self._outbox.append((None, UnregisterAgent(agent_id=agent_id)))
             self._outbox_ready.set()
+        await self._flush_outbox()
+        # The master forgets this agent id: the next start is a new agent.
+        self._checkpoint.discard()
+        if self._cgroups is not None:
+            release_agent_cgroups(self._cgroups)
+
+    async def _flush_outbox(self) -> None:
         deadline = time.monotonic() + _FLUSH_TIMEOUT
         while self._outbox and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
@@ -266,28 +400,40 @@ class AgentDaemon:
         assert self._client is not None
         client = self._client
         while True:
-            self._from_master(await client.recv())
-            n = 1
-            while n < _BURST:
-                received = client.recv_nowait()
-                if received is None:
-                    break
+            received = await client.recv()
+            self._in_burst = True
+            try:
                 self._from_master(received)
-                n += 1
+                n = 1
+                while n < _BURST:
+                    more = client.recv_nowait()
+                    if more is None:
+                        break
+                    self._from_master(more)
+                    n += 1
+            finally:
+                self._in_burst = False
+                self._flush()
             await asyncio.sleep(0)
 
     async def _serve_executors(self) -> None:
         assert self._server is not None
         server = self._server
         while True:
-            self._from_executor(await server.recv())
-            n = 1
-            while n < _BURST:
-                received = server.recv_nowait()
-                if received is None:
-                    break
+            received = await server.recv()
+            self._in_burst = True
+            try:
                 self._from_executor(received)
-                n += 1
+                n = 1
+                while n < _BURST:
+                    more = server.recv_nowait()
+                    if more is None:
+                        break
+                    self._from_executor(more)
+                    n += 1
+            finally:
+                self._in_burst = False
+                self._flush()
             await asyncio.sleep(0)
 
     async def _ticker(self) -> None:
@@ -335,8 +481,9 @@ class AgentDaemon:
         self._call("disconnected", self._core.disconnected, time.time())
 
     def _executor_exited(
-        self, framework_id: FrameworkID, executor_id: ExecutorID, status: int
+        self, framework_id: FrameworkID, executor_id: ExecutorID, status: int | None
     ) -> None:
+        self._destroy_task_containers(framework_id, executor_id)
         self._call(
             "executor_exited",
             self._core.executor_exited,
@@ -347,13 +494,32 @@ class AgentDaemon:
         )
 
     def _call(self, what: str, fn: Callable[..., Iterable[object]], *args: object) -> None:
-        """Feed the core; a failure there is logged and dropped, never fatal."""
+        """Feed the core; a failure there is logged and dropped, never fatal. What the stimulus
+        changed goes to the journal; its actions are performed once that is committed (at the
+        end of the burst, when inside one)."""
         try:
             actions = fn(*args)
         except Exception:
             log.exception("core_failed", stimulus=what)
             return
-        self._perform(actions)
+        self._pending.extend(actions)
+        self._checkpoint.save(self._core.checkpoint())
+        if not self._in_burst:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Commit the journal (one fsync), then perform the actions it covers."""
+        try:
+            self._checkpoint.commit()
+        except (OSError, JournalError) as exc:
+            # Without a durable checkpoint nothing may be acknowledged: stop, keep the tasks.
+            log.error("checkpoint_commit_failed", error=str(exc))
+            self._exit_code = 1
+            self.request_stop("cannot write the checkpoint")
+            self._pending = [a for a in self._pending if not isinstance(a, ToExecutor)]
+        actions, self._pending = self._pending, []
+        if actions:
+            self._perform(actions)
 
     # ---- actions ---------------------------------------------------------------------------
 
@@ -362,10 +528,18 @@ class AgentDaemon:
         queued = False
         for action in actions:
             if isinstance(action, ToMaster):
-                self._outbox.append((None, action.message))
+                message = action.message
+                if isinstance(message, Pong) and self._cgroups is not None:
+                    message = Pong(usage=self._usage())
+                elif self._gpus is not None:
+                    self._gpus.to_master(message)
+                self._outbox.append((None, message))
                 queued = True
             elif isinstance(action, ToExecutor):
-                self._outbox.append((action.peer, action.message))
+                message = action.message
+                if self._gpus is not None:
+                    message = self._gpus.outgoing(message)
+                self._outbox.append((action.peer, message))
                 queued = True
             elif isinstance(action, LaunchExecutor):
                 error = self._launch(action)
@@ -380,6 +554,7 @@ class AgentDaemon:
             elif isinstance(action, Terminate):
                 log.warning("agent_terminated_by_master", reason=action.reason)
                 self._terminated_by_master = True
+                self._drain = True
                 self.request_stop(f"master: {action.reason}")
             else:
                 log.error("unknown_action", action=repr(action))
@@ -405,14 +580,25 @@ class AgentDaemon:
                 raise LaunchError("the agent is shutting down")
             sandbox = resolve_sandbox(self._work_dir, action.sandbox)
             argv = executor_argv(action.info, action.builtin)
+            required = {"AGORA_AGENT_ENDPOINT": self._endpoint, "AGORA_SANDBOX": sandbox}
+            user = action.user
+            if action.builtin or runs_default_executor(action.info):
+                # Ours: it runs as the agent (it builds the tasks' containers) and starts each
+                # task as the framework's user.
+                required[CONTAINER_CONFIG_ENV] = self._containers.to_json()
+                if user and self._settings.switch_user:
+                    required["AGORA_TASK_USER"] = user
+                if not action.builtin:
+                    required["AGORA_DEFAULT_EXECUTOR"] = "1"
+                user = None
             env = executor_environment(
                 self._environ,
                 drop=self._drop_env,
                 info=action.info,
                 given=self._executor_defaults(fid, eid) | dict(action.environment),
-                required={"AGORA_AGENT_ENDPOINT": self._endpoint, "AGORA_SANDBOX": sandbox},
+                required=required,
             )
-            self._processes.launch(fid, eid, argv, sandbox, env, action.user)
+            self._processes.launch(fid, eid, argv, sandbox, env, user)
         except LaunchError as exc:
             log.warning("executor_launch_failed", framework_id=fid, executor_id=eid, error=str(exc))
             return str(exc)
@@ -420,6 +606,35 @@ class AgentDaemon:
             log.exception("executor_launch_crashed", framework_id=fid, executor_id=eid)
             return f"internal error: {exc!r}"
         return None
+
+    def _destroy_task_containers(self, framework_id: FrameworkID, executor_id: ExecutorID) -> None:
+        """An executor is gone: the containers of its tasks go too (it normally destroys them
+        itself; not if it was killed)."""
+        if self._cgroups is None:
+            return
+        executor = self._core.state.executors.get((framework_id, executor_id))
+        for task_id in sorted(executor.tasks) if executor is not None else ():
+            cgroup = self._cgroups.open(container_name(framework_id, task_id))
+            if cgroup is None:
+                continue
+            try:
+                cgroup.destroy()
+            except (OSError, CgroupError) as exc:
+                log.error("task_container_destroy_failed", task_id=task_id, error=str(exc))
+
+    def _usage(self) -> tuple[ContainerUsage, ...]:
+        assert self._cgroups is not None
+        state = self._core.state
+        live = [
+            (task.framework_id, task.executor_id, task.info.task_id)
+            for task in state.tasks.values()
+            if task.launched and not is_final(task.state)
+        ]
+        try:
+            return sample_usage(self._cgroups, live, time.time())
+        except Exception:  # a report is never worth the heartbeat
+            log.exception("usage_sampling_failed")
+            return ()
 
     def _executor_defaults(self, fid: FrameworkID, eid: ExecutorID) -> dict[str, str]:
         env = {

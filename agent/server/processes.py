@@ -42,6 +42,8 @@ __all__ = [
     "executor_argv",
     "executor_environment",
     "resolve_sandbox",
+    "runs_default_executor",
+    "sandbox_process_alive",
 ]
 
 log = structlog.get_logger(__name__)
@@ -50,7 +52,8 @@ BUILTIN_EXECUTOR_ARGV: tuple[str, ...] = (sys.executable, "-m", "agora.agent.exe
 _PR_SET_CHILD_SUBREAPER = 36
 _SANDBOX_VAR = b"AGORA_SANDBOX="
 
-ExitCallback = Callable[[FrameworkID, ExecutorID, int], None]
+#: (framework id, executor id, status); status None: unknown (an adopted executor).
+ExitCallback = Callable[[FrameworkID, ExecutorID, int | None], None]
 
 
 class LaunchError(Exception):
@@ -80,18 +83,21 @@ def resolve_sandbox(work_dir: str, relative: str) -> str:
     return path
 
 
+def runs_default_executor(info: ExecutorInfo) -> bool:
+    """An ExecutorInfo that names no command runs the built-in executor (Mesos's DEFAULT
+    executor): task groups that need no executor of their own."""
+    return not info.command.value and not info.command.argv
+
+
 def executor_argv(info: ExecutorInfo, builtin: bool) -> list[str]:
-    """The command line of an executor: ours for the built-in one, else its CommandInfo."""
-    if builtin:
+    """The command line of an executor: ours for the built-in and default ones, else its
+    CommandInfo."""
+    if builtin or runs_default_executor(info):
         return list(BUILTIN_EXECUTOR_ARGV)
     command = info.command
     if command.shell and command.value:
         return ["/bin/sh", "-c", command.value]
-    if command.argv:
-        return list(command.argv)
-    if command.value:
-        return [command.value]
-    raise LaunchError(f"executor {info.executor_id} has no command to run")
+    return list(command.argv) if command.argv else [str(command.value)]
 
 
 def executor_environment(
@@ -116,14 +122,16 @@ class ExecutorProcess:
     framework_id: FrameworkID
     executor_id: ExecutorID
     sandbox: str
-    popen: subprocess.Popen[bytes]
+    #: None for an executor adopted after an agent restart (not our child: no exit status).
+    popen: subprocess.Popen[bytes] | None
     pidfd: int | None
     started: float = field(default_factory=time.monotonic)
     returncode: int | None = None
+    adopted_pid: int = 0
 
     @property
     def pid(self) -> int:
-        return self.popen.pid
+        return self.popen.pid if self.popen is not None else self.adopted_pid
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +253,27 @@ class ExecutorProcesses:
         )
         return proc
 
+    def adopt(
+        self, framework_id: FrameworkID, executor_id: ExecutorID, pid: int, sandbox: str
+    ) -> ExecutorProcess | None:
+        """Watch an executor an earlier agent process started (found alive at recovery). Its
+        exit is reported with status None. None if it is already gone."""
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            return None
+        proc = ExecutorProcess(framework_id, executor_id, sandbox, None, pidfd, adopted_pid=pid)
+        self._by_key[(framework_id, executor_id)] = proc
+        self._by_pid[pid] = proc
+        self._all_gone.clear()
+        self._loop.add_reader(pidfd, self._adopted_exited, proc)
+        log.info("executor_adopted", framework_id=framework_id, executor_id=executor_id, pid=pid)
+        return proc
+
+    def _adopted_exited(self, proc: ExecutorProcess) -> None:
+        if proc.returncode is None:
+            self._finish(proc)
+
     def _account(self, user: str | None) -> _User | None:
         """The account to switch to, None to run as the agent's own user."""
         if not user:
@@ -312,12 +341,19 @@ class ExecutorProcesses:
         # While it is an unreaped zombie its pid cannot be reused, so its group is still its own:
         # destroy what it leaves behind, that group (it may outlive its leader) and the adopted
         # processes of its sandbox (its tasks run in sessions of their own).
-        self._kill_group(proc.pid, signal.SIGKILL)
-        self.kill_adopted(proc.sandbox)
-        status = proc.popen.poll()
-        if status is None:  # pragma: no cover - poll reaps a zombie at once
-            status = proc.popen.wait()
-        proc.returncode = status
+        if proc.popen is not None:
+            self._kill_group(proc.pid, signal.SIGKILL)
+            self.kill_adopted(proc.sandbox)
+        else:
+            # Not our child: its pid may be reused by now, and what it left behind was re-parented
+            # to init, not to us. Find those by the sandbox they were started in.
+            _kill_sandbox_processes(proc.sandbox)
+        status: int | None = None
+        if proc.popen is not None:
+            status = proc.popen.poll()
+            if status is None:  # pragma: no cover - poll reaps a zombie at once
+                status = proc.popen.wait()
+        proc.returncode = -1 if status is None else status
         if proc.pidfd is not None:
             self._loop.remove_reader(proc.pidfd)
             os.close(proc.pidfd)
@@ -489,6 +525,34 @@ def _children_by_scan(parent: int) -> Iterator[int]:
         fields = stat[stat.rfind(")") + 2 :].split()
         if len(fields) > 1 and fields[1] == str(parent):
             yield int(entry)
+
+
+def _kill_sandbox_processes(sandbox: str) -> int:
+    """SIGKILL every process on the host started in ``sandbox`` (by AGORA_SANDBOX)."""
+    prefix = sandbox.rstrip(os.sep) + os.sep
+    killed = 0
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return 0
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        where = _sandbox_of(int(entry))
+        if where is None or not (where + os.sep).startswith(prefix):
+            continue
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(int(entry), signal.SIGKILL)
+            killed += 1
+    if killed:
+        log.info("sandbox_processes_killed", count=killed, sandbox=sandbox)
+    return killed
+
+
+def sandbox_process_alive(pid: int, sandbox: str) -> bool:
+    """``pid`` is alive and was started in ``sandbox`` (guards against a reused pid)."""
+    where = _sandbox_of(pid)
+    return where is not None and where == sandbox.rstrip(os.sep)
 
 
 def _sandbox_of(pid: int) -> str | None:

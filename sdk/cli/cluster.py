@@ -218,8 +218,10 @@ class LocalCluster:
     async def stop(self, hurry: asyncio.Event) -> list[str]:
         """Stop every child (agents, then the master) and anything left of their executors.
 
-        SIGTERM, then SIGKILL to the child's process group after its grace period, or at once
-        when ``hurry`` is set. Returns what had to be killed, for the record.
+        Agents get SIGUSR1 (drain: kill their executors, unregister; SIGTERM would leave their
+        executors running for a restarted agent to adopt), the master SIGTERM; then SIGKILL to
+        the child's process group after its grace period, or at once when ``hurry`` is set.
+        Returns what had to be killed, for the record.
         """
         forced: list[str] = []
         agents = [c for c in self.children if c.name != "master"]
@@ -238,7 +240,8 @@ async def _stop_child(child: Child, grace: float, hurry: asyncio.Event) -> bool:
     if proc is None or child.waiter is None:
         return False
     if proc.returncode is None:
-        _signal_group(proc.pid, signal.SIGTERM)
+        stop = signal.SIGTERM if child.name == "master" else signal.SIGUSR1
+        _signal_group(proc.pid, stop)
     try:
         async with asyncio.timeout(grace):
             await or_stop(asyncio.shield(child.waiter), hurry)

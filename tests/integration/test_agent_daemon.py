@@ -9,33 +9,24 @@ killed in a finally block.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
-import subprocess
-import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
 
 import msgpack
 import pytest
 import zmq
 import zmq.asyncio
 from agora.sdk.codec import decode, encode
-from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, TaskID
+from agora.sdk.ids import ExecutorID, TaskID
 from agora.sdk.messages import (
-    AgentRegistered,
     AgentReregistered,
     CommandInfo,
     ExecutorInfo,
     ExitedExecutor,
-    FrameworkInfo,
     KillTask,
     MasterInfo,
-    Message,
     Ping,
     Pong,
     Reason,
@@ -45,266 +36,37 @@ from agora.sdk.messages import (
     RunTask,
     ShutdownAgent,
     ShutdownExecutor,
-    StatusUpdateAck,
     StatusUpdateMessage,
     TaskInfo,
     TaskState,
-    TaskStatus,
     UnregisterAgent,
 )
 from agora.sdk.resources import Resources
-from agora.sdk.transport import CurveServer, Received, ZmqServer, generate_keypair
+from agora.sdk.transport import CurveServer, ZmqServer, generate_keypair
+from support.agent_daemon_kit import (
+    AGENT_ID,
+    EPOCH,
+    FID,
+    FRAMEWORK,
+    WAIT,
+    FakeMaster,
+    agent_process,
+    alive,
+    eventually,
+    ours,
+    pids_in,
+    read_pid,
+    run,
+    scenario,
+    wait_for_executor,
+)
 
 pytestmark = pytest.mark.timeout(90)
-
-M = TypeVar("M", bound=Message)
-
-EPOCH = 3
-AGENT_ID = AgentID("agent-under-test")
-FID = FrameworkID("fw-1")
-FRAMEWORK = FrameworkInfo(name="test-framework", framework_id=FID)
-WAIT = 20.0  # seconds: generous, every wait polls and returns as soon as it can
-_MARK = "AGORA_AGENT_DAEMON_TEST"  # in the environment of every process a test starts
-
-
-def _wait_for_executor() -> None:
-    """The command executor is written by another hand at the same time: wait for it a while."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        probe = subprocess.run(
-            [sys.executable, "-c", "import agora.agent.executors.command"],
-            capture_output=True,
-            check=False,
-        )
-        if probe.returncode == 0:
-            return
-        time.sleep(1.0)
-    pytest.fail("agora.agent.executors.command cannot be imported")
-
-
-# ---- the fake master ---------------------------------------------------------------------------
-
-
-@dataclass
-class FakeMaster:
-    server: ZmqServer
-    endpoint: str
-    peer: str | None = None
-    backlog: list[Message] = field(default_factory=list)
-    seen: list[Message] = field(default_factory=list)
-
-    @classmethod
-    def bind(cls, endpoint: str = "tcp://127.0.0.1:0") -> FakeMaster:
-        server = ZmqServer.bind(endpoint)
-        return cls(server, server.endpoint)
-
-    def close(self) -> None:
-        self.server.close()
-
-    async def send(self, message: Message, epoch: int = EPOCH) -> None:
-        assert self.peer is not None, "the agent has not said anything yet"
-        assert await self.server.send(self.peer, message, epoch)
-
-    async def _next(self, timeout: float) -> Message:
-        received: Received = await asyncio.wait_for(self.server.recv(), timeout)
-        assert received.message is not None, f"agent sent a bad frame: {received.error}"
-        self.peer = received.peer
-        self.seen.append(received.message)
-        return received.message
-
-    async def expect(
-        self, kind: type[M], where: Callable[[M], bool] = lambda m: True, timeout: float = WAIT
-    ) -> M:
-        """The first message (backlog first) of ``kind`` matching ``where``; others are kept."""
-        for i, message in enumerate(self.backlog):
-            if isinstance(message, kind) and where(message):
-                del self.backlog[i]
-                return message
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AssertionError(f"no {kind.__name__} within {timeout} s; got {self.backlog}")
-            try:
-                message = await self._next(left)
-            except TimeoutError:
-                continue
-            if isinstance(message, kind) and where(message):
-                return message
-            self.backlog.append(message)
-
-    async def register(self) -> RegisterAgent:
-        reg = await self.expect(RegisterAgent)
-        info = MasterInfo(master_id="fake", address=self.endpoint, epoch=EPOCH)
-        await self.send(AgentRegistered(agent_id=AGENT_ID, master_info=info))
-        return reg
-
-    async def update(self, task_id: str, state: TaskState | None = None) -> TaskStatus:
-        def match(m: StatusUpdateMessage) -> bool:
-            s = m.update.status
-            return s.task_id == task_id and (state is None or s.state == state)
-
-        return (await self.expect(StatusUpdateMessage, match)).update.status
-
-    async def ack(self, status: TaskStatus) -> None:
-        assert status.uuid is not None
-        ack = StatusUpdateAck(framework_id=FID, task_id=status.task_id, uuid=status.uuid)
-        await self.send(ack)
-
-    async def run_task(self, task_id: str, command: str) -> None:
-        task = TaskInfo(
-            task_id=TaskID(task_id),
-            name=task_id,
-            agent_id=AGENT_ID,
-            resources=Resources.parse("cpus:0.1;mem:16"),
-            command=CommandInfo(value=command),
-        )
-        await self.send(RunTask(framework_info=FRAMEWORK, framework_id=FID, task=task))
-
-    async def run_to_running(self, task_id: str, command: str) -> TaskStatus:
-        await self.run_task(task_id, command)
-        running = await self.update(task_id, TaskState.RUNNING)
-        await self.ack(running)
-        return running
-
-
-# ---- the agent process ---------------------------------------------------------------------------
-
-
-@dataclass
-class AgentProcess:
-    proc: subprocess.Popen[bytes]
-    work_dir: Path
-    log_path: Path
-
-    def sandbox(self, executor_id: str = "agora-command") -> Path:
-        return self.work_dir / "frameworks" / FID / "executors" / executor_id
-
-    def task_sandbox(self, task_id: str) -> Path:
-        return self.sandbox() / "tasks" / task_id
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-
-def _agent_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGORA_")}
-    env[_MARK] = "1"
-    return env
-
-
-@contextlib.contextmanager
-def agent_process(tmp_path: Path, master: str, *extra: str) -> Iterator[AgentProcess]:
-    work_dir = tmp_path / "work"
-    log_path = tmp_path / "agent.log"
-    argv = [
-        sys.executable,
-        "-m",
-        "agora.agent.server",
-        "--master",
-        master,
-        "--work-dir",
-        str(work_dir),
-        "--hostname",
-        "test-host",
-        "--attributes",
-        "rack:r1;zone:z",
-        "--registration-backoff",
-        "0.2",
-        "--status-update-retry",
-        "0.3",
-        "--status-update-retry-max",
-        "0.6",
-        "--executor-shutdown-grace-period",
-        "3",
-        "--log-format",
-        "json",
-        "--log-level",
-        "debug",
-        *extra,
-    ]
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            argv, stdout=log, stderr=log, env=_agent_env(), start_new_session=True
-        )
-    agent = AgentProcess(proc, work_dir, log_path)
-    try:
-        yield agent
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-        for pid in _pids_in(work_dir):
-            if _ours(pid):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
-
-
-def _pids_in(work_dir: Path) -> list[int]:
-    pids = []
-    for path in [*work_dir.rglob("executor.pid"), *work_dir.rglob("task.pid")]:
-        with contextlib.suppress(OSError, ValueError):
-            pids.append(int(path.read_text().strip()))
-    return pids
-
-
-def _ours(pid: int) -> bool:
-    """A live (non-zombie) process started by one of these tests."""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            environ = f.read()
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            state = f.read().rpartition(")")[2].split()[0]
-    except OSError:
-        return False
-    return state != "Z" and f"{_MARK}=1".encode() in environ.split(b"\x00")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            return f.read().rpartition(")")[2].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-async def _eventually(check: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
-async def _read_pid(path: Path) -> int:
-    def ready() -> bool:
-        return path.exists() and path.read_text().strip().isdigit()
-
-    await _eventually(ready, f"pid file {path}")
-    return int(path.read_text().strip())
-
-
-@contextlib.asynccontextmanager
-async def scenario(tmp_path: Path, *extra: str) -> AsyncIterator[tuple[FakeMaster, AgentProcess]]:
-    master = FakeMaster.bind()
-    try:
-        with agent_process(tmp_path, master.endpoint, *extra) as agent:
-            try:
-                yield master, agent
-            except BaseException:
-                sys.stderr.write(f"---- agent log ----\n{agent.log()[-20000:]}\n")
-                raise
-    finally:
-        master.close()
-
-
-def _run(coro: Any) -> None:
-    asyncio.run(coro)
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _command_executor() -> None:
-    _wait_for_executor()
+    wait_for_executor()
 
 
 # ---- tests -------------------------------------------------------------------------------------
@@ -338,10 +100,10 @@ def test_registers_with_detected_resources_and_runs_a_command(tmp_path: Path) ->
             assert finished.uuid != running.uuid
             await master.ack(finished)
             stdout = agent.task_sandbox("t1") / "stdout"
-            await _eventually(lambda: stdout.exists() and "hi" in stdout.read_text(), "stdout")
+            await eventually(lambda: stdout.exists() and "hi" in stdout.read_text(), "stdout")
             assert (agent.sandbox() / "executor.pid").read_text().strip().isdigit()
 
-    _run(main())
+    run(main())
 
 
 def test_kill_task(tmp_path: Path) -> None:
@@ -349,13 +111,13 @@ def test_kill_task(tmp_path: Path) -> None:
         async with scenario(tmp_path) as (master, agent):
             await master.register()
             await master.run_to_running("t2", "echo $$ > task.pid; exec sleep 1000")
-            pid = await _read_pid(agent.task_sandbox("t2") / "task.pid")
+            pid = await read_pid(agent.task_sandbox("t2") / "task.pid")
             await master.send(KillTask(framework_id=FID, task_id=TaskID("t2")))
             killed = await master.update("t2", TaskState.KILLED)
             await master.ack(killed)
-            await _eventually(lambda: not _alive(pid), "the killed task's process to end")
+            await eventually(lambda: not alive(pid), "the killed task's process to end")
 
-    _run(main())
+    run(main())
 
 
 def test_executor_killed_fails_its_tasks_and_leaves_nothing(tmp_path: Path) -> None:
@@ -363,8 +125,8 @@ def test_executor_killed_fails_its_tasks_and_leaves_nothing(tmp_path: Path) -> N
         async with scenario(tmp_path) as (master, agent):
             await master.register()
             await master.run_to_running("t3", "echo $$ > task.pid; exec sleep 1000")
-            task_pid = await _read_pid(agent.task_sandbox("t3") / "task.pid")
-            executor_pid = await _read_pid(agent.sandbox() / "executor.pid")
+            task_pid = await read_pid(agent.task_sandbox("t3") / "task.pid")
+            executor_pid = await read_pid(agent.sandbox() / "executor.pid")
             os.kill(executor_pid, signal.SIGKILL)
             failed = await master.update("t3", TaskState.FAILED)
             assert failed.reason == Reason.EXECUTOR_TERMINATED
@@ -372,14 +134,14 @@ def test_executor_killed_fails_its_tasks_and_leaves_nothing(tmp_path: Path) -> N
             exited = await master.expect(ExitedExecutor)
             assert exited.status == -signal.SIGKILL
             # The executor's orphaned task is adopted by the agent and killed.
-            await _eventually(lambda: not _alive(task_pid), "the orphaned task to be killed")
-            await _eventually(lambda: not _alive(executor_pid), "the executor to be reaped")
+            await eventually(lambda: not alive(task_pid), "the orphaned task to be killed")
+            await eventually(lambda: not alive(executor_pid), "the executor to be reaped")
             # The agent still launches tasks (a fresh command executor).
             await master.run_task("t4", "true")
             await master.ack(await master.update("t4", TaskState.RUNNING))
             await master.ack(await master.update("t4", TaskState.FINISHED))
 
-    _run(main())
+    run(main())
 
 
 async def _garbage_to_executor_socket(port: int) -> None:
@@ -479,22 +241,22 @@ def test_bad_frames_do_not_stop_the_agent(tmp_path: Path) -> None:
             finally:
                 master2.close()
 
-    _run(main())
+    run(main())
 
 
-def test_sigterm_stops_everything_and_exits_0(tmp_path: Path) -> None:
+def test_sigusr1_drains_everything_and_exits_0(tmp_path: Path) -> None:
     async def main() -> None:
         async with scenario(tmp_path) as (master, agent):
             await master.register()
             for tid in ("s1", "s2"):
                 await master.run_to_running(tid, "echo $$ > task.pid; exec sleep 1000")
-            pids = [await _read_pid(agent.task_sandbox(t) / "task.pid") for t in ("s1", "s2")]
-            pids.append(await _read_pid(agent.sandbox() / "executor.pid"))
-            assert all(_alive(p) for p in pids)
-            agent.proc.send_signal(signal.SIGTERM)
-            await _eventually(lambda: agent.proc.poll() is not None, "the agent to exit")
+            pids = [await read_pid(agent.task_sandbox(t) / "task.pid") for t in ("s1", "s2")]
+            pids.append(await read_pid(agent.sandbox() / "executor.pid"))
+            assert all(alive(p) for p in pids)
+            agent.proc.send_signal(signal.SIGUSR1)
+            await eventually(lambda: agent.proc.poll() is not None, "the agent to exit")
             assert agent.proc.returncode == 0
-            survivors = [p for p in pids if _alive(p)]
+            survivors = [p for p in pids if alive(p)]
             assert survivors == []
 
             # What the executors' ends produced reached the master before the agent left, and
@@ -507,26 +269,26 @@ def test_sigterm_stops_everything_and_exits_0(tmp_path: Path) -> None:
             assert bye.agent_id == AGENT_ID
             assert "agent_stopped" in agent.log()
 
-    _run(main())
+    run(main())
 
 
-def test_sigterm_with_a_stubborn_task_leaves_nothing(tmp_path: Path) -> None:
+def test_draining_with_a_stubborn_task_leaves_nothing(tmp_path: Path) -> None:
     """A task that ignores SIGTERM outlives the grace period: it is killed all the same."""
 
     async def main() -> None:
         async with scenario(tmp_path, "--executor-shutdown-grace-period", "0.5") as (m, agent):
             await m.register()
             await m.run_to_running("x1", "trap '' TERM; echo $$ > task.pid; sleep 1000 & wait")
-            pid = await _read_pid(agent.task_sandbox("x1") / "task.pid")
-            executor_pid = await _read_pid(agent.sandbox() / "executor.pid")
-            agent.proc.send_signal(signal.SIGTERM)
-            await _eventually(lambda: agent.proc.poll() is not None, "the agent to exit")
+            pid = await read_pid(agent.task_sandbox("x1") / "task.pid")
+            executor_pid = await read_pid(agent.sandbox() / "executor.pid")
+            agent.proc.send_signal(signal.SIGUSR1)
+            await eventually(lambda: agent.proc.poll() is not None, "the agent to exit")
             assert agent.proc.returncode == 0
-            assert not _alive(pid)
-            assert not _alive(executor_pid)
-            assert not [p for p in _pids_in(agent.work_dir) if _ours(p)]
+            assert not alive(pid)
+            assert not alive(executor_pid)
+            assert not [p for p in pids_in(agent.work_dir) if ours(p)]
 
-    _run(main())
+    run(main())
 
 
 def _custom_task(task_id: str, executor_id: str, command: CommandInfo) -> RunTask:
@@ -556,10 +318,10 @@ def test_executor_that_cannot_start_fails_its_task(tmp_path: Path) -> None:
             await master.expect(ExitedExecutor, lambda m: m.executor_id == "broken")
             assert agent.proc.poll() is None
 
-    _run(main())
+    run(main())
 
 
-def test_sigterm_kills_an_executor_that_ignores_it(tmp_path: Path) -> None:
+def test_draining_kills_an_executor_that_ignores_sigterm(tmp_path: Path) -> None:
     """A custom executor trapping SIGTERM is SIGKILLed after the grace period, and the process
     it started in a session of its own (re-parented to the agent) is killed too."""
 
@@ -570,41 +332,41 @@ def test_sigterm_kills_an_executor_that_ignores_it(tmp_path: Path) -> None:
             await master.register()
             await master.send(_custom_task("c2", "stubborn", CommandInfo(value=script)))
             sandbox = agent.sandbox("stubborn")
-            child = await _read_pid(sandbox / "task.pid")
-            executor_pid = await _read_pid(sandbox / "executor.pid")
-            assert await _read_pid(sandbox / "shell.pid") == executor_pid
+            child = await read_pid(sandbox / "task.pid")
+            executor_pid = await read_pid(sandbox / "executor.pid")
+            assert await read_pid(sandbox / "shell.pid") == executor_pid
             assert os.getsid(child) != os.getsid(executor_pid)
-            agent.proc.send_signal(signal.SIGTERM)
-            await _eventually(lambda: agent.proc.poll() is not None, "the agent to exit")
+            agent.proc.send_signal(signal.SIGUSR1)
+            await eventually(lambda: agent.proc.poll() is not None, "the agent to exit")
             assert agent.proc.returncode == 0
-            assert not _alive(executor_pid)
-            assert not _alive(child)
+            assert not alive(executor_pid)
+            assert not alive(child)
             log = agent.log()
             assert "executor_killed_after_grace" in log
             assert "orphans_killed" in log
 
-    _run(main())
+    run(main())
 
 
-def test_second_sigterm_skips_the_grace_period(tmp_path: Path) -> None:
+def test_second_signal_while_draining_skips_the_grace_period(tmp_path: Path) -> None:
     async def main() -> None:
         script = "trap '' TERM; echo $$ > shell.pid; sleep 1000 & wait"
         grace = ("--executor-shutdown-grace-period", "60")
         async with scenario(tmp_path, *grace) as (master, agent):
             await master.register()
             await master.send(_custom_task("c3", "stubborn", CommandInfo(value=script)))
-            executor_pid = await _read_pid(agent.sandbox("stubborn") / "shell.pid")
+            executor_pid = await read_pid(agent.sandbox("stubborn") / "shell.pid")
             started = time.monotonic()
+            agent.proc.send_signal(signal.SIGUSR1)
+            await eventually(lambda: "executors_terminating" in agent.log(), "the first SIGUSR1")
             agent.proc.send_signal(signal.SIGTERM)
-            await _eventually(lambda: "executors_terminating" in agent.log(), "the first SIGTERM")
-            agent.proc.send_signal(signal.SIGTERM)
-            await _eventually(lambda: agent.proc.poll() is not None, "the agent to exit")
+            await eventually(lambda: agent.proc.poll() is not None, "the agent to exit")
             assert time.monotonic() - started < 30  # far from the 60 s grace period
             assert agent.proc.returncode == 0
-            assert not _alive(executor_pid)
+            assert not alive(executor_pid)
             assert "agent_stop_hastened" in agent.log()
 
-    _run(main())
+    run(main())
 
 
 def test_shutdown_agent_from_the_master(tmp_path: Path) -> None:
@@ -612,15 +374,15 @@ def test_shutdown_agent_from_the_master(tmp_path: Path) -> None:
         async with scenario(tmp_path) as (master, agent):
             await master.register()
             await master.run_to_running("d1", "echo $$ > task.pid; exec sleep 1000")
-            task_pid = await _read_pid(agent.task_sandbox("d1") / "task.pid")
-            executor_pid = await _read_pid(agent.sandbox() / "executor.pid")
+            task_pid = await read_pid(agent.task_sandbox("d1") / "task.pid")
+            executor_pid = await read_pid(agent.sandbox() / "executor.pid")
             await master.send(ShutdownAgent(message="decommissioned"))
-            await _eventually(lambda: agent.proc.poll() is not None, "the agent to exit")
+            await eventually(lambda: agent.proc.poll() is not None, "the agent to exit")
             assert agent.proc.returncode == 0
-            assert not _alive(task_pid) and not _alive(executor_pid)
+            assert not alive(task_pid) and not alive(executor_pid)
             assert "agent_terminated_by_master" in agent.log()
 
-    _run(main())
+    run(main())
 
 
 def test_curve_master_link(tmp_path: Path) -> None:
@@ -648,4 +410,4 @@ def test_curve_master_link(tmp_path: Path) -> None:
         finally:
             master.close()
 
-    _run(main())
+    run(main())

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agora.agent.server.isolation import release_cgroups_of
 from agora.sdk.messages import StateReply
 from agora.sdk.operator import OperatorClient
 
@@ -90,7 +91,8 @@ class LocalCluster:
         procs = [p for p in (*self.agent_procs, self.master) if p is not None]
         for proc in procs:
             if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
+                # Agents drain on SIGUSR1 (SIGTERM would leave their executors for a restart).
+                proc.send_signal(signal.SIGTERM if proc is self.master else signal.SIGUSR1)
         deadline = time.monotonic() + 15
         for proc in procs:
             try:
@@ -99,6 +101,8 @@ class LocalCluster:
                 proc.kill()
                 proc.wait(5)
         self.kill_leftover_executors()
+        for agent_dir in sorted(self.work_dir.glob("agent-*")):
+            release_cgroups_of(str(agent_dir))
 
     def kill_leftover_executors(self) -> list[int]:
         """SIGKILL the process group of every executor still alive; returns their pids."""

@@ -231,5 +231,5 @@ def test_executor_argv() -> None:
         "-m",
         "agora.agent.executors.command",
     ]
-    with pytest.raises(LaunchError, match="no command"):
-        executor_argv(info(CommandInfo()), False)
+    # No command at all: Mesos's DEFAULT executor, i.e. ours.
+    assert executor_argv(info(CommandInfo()), False)[1:] == ["-m", "agora.agent.executors.command"]
