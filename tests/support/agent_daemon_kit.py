@@ -132,18 +132,22 @@ class FakeMaster:
         ack = StatusUpdateAck(framework_id=FID, task_id=status.task_id, uuid=status.uuid)
         await self.send(ack)
 
-    async def run_task(self, task_id: str, command: str) -> None:
+    async def run_task(
+        self, task_id: str, command: str, resources: str = "cpus:0.1;mem:16"
+    ) -> None:
         task = TaskInfo(
             task_id=TaskID(task_id),
             name=task_id,
             agent_id=AGENT_ID,
-            resources=Resources.parse("cpus:0.1;mem:16"),
+            resources=Resources.parse(resources),
             command=CommandInfo(value=command),
         )
         await self.send(RunTask(framework_info=FRAMEWORK, framework_id=FID, task=task))
 
-    async def run_to_running(self, task_id: str, command: str) -> TaskStatus:
-        await self.run_task(task_id, command)
+    async def run_to_running(
+        self, task_id: str, command: str, resources: str = "cpus:0.1;mem:16"
+    ) -> TaskStatus:
+        await self.run_task(task_id, command, resources)
         running = await self.update(task_id, TaskState.RUNNING)
         await self.ack(running)
         return running

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from agora.master.core import AgentStatus, MasterConfig
-from agora.sdk.ids import AgentID, TaskID
+from agora.sdk.ids import AgentID, ExecutorID, TaskID
 from agora.sdk.messages import (
     AgentInfo,
     AgentReregistered,
     AgentTask,
+    ContainerUsage,
     Error,
     Failure,
+    GetState,
     KillTask,
     Ping,
     Pong,
@@ -20,6 +22,7 @@ from agora.sdk.messages import (
     ReregisterAgent,
     ShutdownAgent,
     ShutdownFramework,
+    StateReply,
     TaskState,
     UnregisterAgent,
 )
@@ -204,3 +207,38 @@ def test_reregistration_drops_executors_the_agent_no_longer_reports() -> None:
     h.handle("a1", ReregisterAgent(agent_id=agent, agent_info=info))
     assert h.master.state.agents[agent].executors == {}
     assert h.unclaimed(agent) == Resources.parse("cpus:4;mem:4096")
+
+
+def test_pong_usage_is_kept_per_task_and_shown_in_the_state() -> None:
+    h, _agent, fw = _cluster(partition_aware=False)
+    usage = ContainerUsage(
+        framework_id=fw,
+        executor_id=ExecutorID("agora-command"),
+        task_id=TaskID("t1"),
+        cpu_seconds=1.5,
+        rss_bytes=4096,
+        mem_limit_bytes=1024 << 20,
+        cpu_limit=2.0,
+        timestamp=7.0,
+    )
+    stranger = ContainerUsage(
+        framework_id=fw, executor_id=ExecutorID("agora-command"), task_id=TaskID("nope")
+    )
+    h.handle("a1", Pong(usage=(usage, stranger)))
+    (task,) = [t for t in _state(h).tasks if t.task_id == "t1"]
+    assert task.usage == usage
+
+
+def test_usage_from_another_agent_is_ignored() -> None:
+    h, _agent, fw = _cluster(partition_aware=False)
+    h.register_agent("a2", "cpus:1;mem:64")
+    usage = ContainerUsage(
+        framework_id=fw, executor_id=ExecutorID("agora-command"), task_id=TaskID("t1")
+    )
+    h.handle("a2", Pong(usage=(usage,)))
+    (task,) = [t for t in _state(h).tasks if t.task_id == "t1"]
+    assert task.usage is None
+
+
+def _state(h: Harness) -> StateReply:
+    return only(of_type(sent_to(h.handle("ops", GetState()), "ops"), StateReply))
