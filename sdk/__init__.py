@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         Scheduler,
         SchedulerDriver,
         TaskSpec,
+        default_executor,
     )
 
 _LAZY: dict[str, str] = {
@@ -33,6 +34,7 @@ _LAZY: dict[str, str] = {
     "BlockingSchedulerDriver": "agora.sdk.scheduler",
     "DriverError": "agora.sdk.scheduler",
     "TaskSpec": "agora.sdk.scheduler",
+    "default_executor": "agora.sdk.scheduler",
     "FrameworkInfo": "agora.sdk.messages",
     "TaskState": "agora.sdk.messages",
     "TaskStatus": "agora.sdk.messages",
@@ -54,6 +56,7 @@ __all__ = [
     "TaskSpec",
     "TaskState",
     "TaskStatus",
+    "default_executor",
     "is_terminal",
 ]
 
