@@ -25,11 +25,21 @@ from agora.agent.containers.launch import Bind, ContainerSpec, LaunchError, spaw
 from agora.sdk.messages import ContainerInfo, Reason
 from agora.sdk.resources import Resources
 
-__all__ = ["Container", "Containerizer", "LaunchError", "User", "container_name"]
+__all__ = [
+    "SANDBOX_IN_IMAGE",
+    "Container",
+    "Containerizer",
+    "LaunchError",
+    "User",
+    "container_name",
+    "host_name_for",
+    "limits_of",
+]
 
 log = structlog.get_logger(__name__)
 
 _MIB: Final = 1024 * 1024
+_HOSTNAME_MAX: Final = 63
 _NAME_CHARS: Final = re.compile(r"[^A-Za-z0-9_.-]")
 #: Where a task's sandbox appears inside an image's root filesystem.
 SANDBOX_IN_IMAGE: Final = "/mnt/sandbox"
@@ -48,6 +58,12 @@ def container_name(*parts: str) -> str:
     digest = hashlib.sha1("/".join(parts).encode()).hexdigest()[:12]
     tail = _NAME_CHARS.sub("_", parts[-1])[:40] if parts else ""
     return f"c-{tail}-{digest}"
+
+
+def host_name_for(name: str) -> str:
+    """A valid host name made from an id: letters, digits and '-' only, at most 63."""
+    host = "".join(c if c.isascii() and (c.isalnum() or c == "-") else "-" for c in name)
+    return host.strip("-")[:_HOSTNAME_MAX].strip("-") or "task"
 
 
 def limits_of(resources: Resources, config: ContainerConfig) -> Limits:

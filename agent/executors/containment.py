@@ -10,10 +10,15 @@ ended the task and destroys the container. ``usage()`` samples every live contai
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final
 
 import structlog
-from agora.agent.containers.containerizer import Container, Containerizer, User, container_name
+from agora.agent.containers.containerizer import (
+    Container,
+    Containerizer,
+    User,
+    container_name,
+    host_name_for,
+)
 from agora.agent.containers.isolation import ContainerConfig
 from agora.agent.containers.launch import become_subreaper
 from agora.agent.executors.tasks import RunAs, Starter
@@ -23,8 +28,6 @@ from agora.sdk.messages import Reason, TaskInfo
 __all__ = ["TaskContainers"]
 
 log = structlog.get_logger(__name__)
-
-_HOSTNAME_MAX: Final = 63
 
 
 class TaskContainers:
@@ -60,7 +63,7 @@ class TaskContainers:
             return None
         name = container_name(self._framework_id, task.task_id)
         user = User(run_as.uid, run_as.gid, run_as.groups) if run_as is not None else None
-        hostname = _hostname_for(task.task_id)
+        hostname = host_name_for(task.task_id)
 
         def start(
             argv: list[str],
@@ -104,9 +107,3 @@ class TaskContainers:
         """Destroy every container left (the executor is exiting)."""
         for task_id in list(self._live):
             self.finish(task_id)
-
-
-def _hostname_for(task_id: str) -> str:
-    """A valid host name made from a task id: letters, digits and '-' only, at most 63."""
-    name = "".join(c if c.isascii() and (c.isalnum() or c == "-") else "-" for c in task_id)
-    return name.strip("-")[:_HOSTNAME_MAX].strip("-") or "task"

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Final
 
 import structlog
+from agora.agent.containers.containerizer import container_name
 from agora.agent.core import Delete, Put
 from agora.agent.core.checkpoint import AGENT, EXECUTOR
 from agora.agent.server.journal import Journal, read_boot_id
@@ -118,7 +119,8 @@ def find_alive(
     work_dir: str, executors: Iterable[tuple[FrameworkID, ExecutorID]]
 ) -> dict[tuple[FrameworkID, ExecutorID], int]:
     """The checkpointed executors whose process still runs: its pid from ``executor.pid`` in its
-    sandbox, alive and started in that sandbox (so a reused pid is not taken for it)."""
+    sandbox, alive and started in that sandbox or living in the executor's container (so a
+    reused pid is not taken for it)."""
     alive = {}
     for fid, eid in executors:
         sandbox = os.path.join(work_dir, "frameworks", fid, "executors", eid)
@@ -127,6 +129,19 @@ def find_alive(
                 pid = int(f.read().strip())
         except (OSError, ValueError):
             continue
-        if pid > 1 and sandbox_process_alive(pid, sandbox):
+        if pid > 1 and (
+            sandbox_process_alive(pid, sandbox)
+            or _in_cgroup(pid, container_name(fid, "executor", eid))
+        ):
             alive[(fid, eid)] = pid
     return alive
+
+
+def _in_cgroup(pid: int, name: str) -> bool:
+    """``pid`` lives in a cgroup called ``name`` (a contained executor's init, which carries the
+    agent's environment rather than the executor's)."""
+    try:
+        with open(f"/proc/{pid}/cgroup", encoding="utf-8") as f:
+            return any(line.rstrip("\n").endswith(f"/{name}") for line in f)
+    except OSError:
+        return False

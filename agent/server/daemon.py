@@ -35,8 +35,17 @@ from typing import Final
 import structlog
 import zmq
 from agora.agent.containers.cgroups import CgroupError, Cgroups
-from agora.agent.containers.containerizer import container_name
+from agora.agent.containers.containerizer import (
+    SANDBOX_IN_IMAGE,
+    Container,
+    Containerizer,
+    User,
+    container_name,
+    host_name_for,
+    limits_of,
+)
 from agora.agent.containers.gpus import GpuAllocator
+from agora.agent.containers.images import ImageStore
 from agora.agent.containers.isolation import CONTAINER_CONFIG_ENV, ContainerConfig
 from agora.agent.core import (
     Agent,
@@ -60,7 +69,9 @@ from agora.agent.server.isolation import (
 )
 from agora.agent.server.journal import JournalError
 from agora.agent.server.processes import (
+    Account,
     ExecutorProcesses,
+    ExecutorStarter,
     LaunchError,
     executor_argv,
     executor_environment,
@@ -70,7 +81,17 @@ from agora.agent.server.processes import (
 from agora.agent.server.usage import sample_usage
 from agora.sdk.httpd import start_http
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID
-from agora.sdk.messages import ContainerUsage, Error, Message, Pong, UnregisterAgent
+from agora.sdk.messages import (
+    ContainerUsage,
+    Error,
+    ExecutorInfo,
+    LaunchTask,
+    LaunchTaskGroup,
+    Message,
+    Pong,
+    UnregisterAgent,
+)
+from agora.sdk.resources import Resources
 from agora.sdk.transport import CurveClient, Received, TransportClosed, ZmqClient, ZmqServer
 from aiohttp import web
 
@@ -142,6 +163,8 @@ class AgentDaemon:
         self._containers = ContainerConfig()
         self._cgroups: Cgroups | None = None
         self._gpus: GpuAssignments | None = None
+        self._containerizer = Containerizer(self._containers)
+        self._executor_containers: dict[tuple[FrameworkID, ExecutorID], Container] = {}
         self.bad_frames = 0
 
     @property
@@ -182,6 +205,8 @@ class AgentDaemon:
         except IsolationError as exc:
             log.error("isolation_unavailable", error=str(exc))
             return 1
+        images = ImageStore(self._settings.image_store) if self._settings.image_store else None
+        self._containerizer = Containerizer(self._containers, self._cgroups, images)
         self._processes = ExecutorProcesses(
             loop, self._work_dir, self._executor_exited, switch_user=self._settings.switch_user
         )
@@ -539,6 +564,8 @@ class AgentDaemon:
                 message = action.message
                 if self._gpus is not None:
                     message = self._gpus.outgoing(message)
+                if self._executor_containers:
+                    self._resize_executor_container(message)
                 self._outbox.append((action.peer, message))
                 queued = True
             elif isinstance(action, LaunchExecutor):
@@ -591,6 +618,9 @@ class AgentDaemon:
                 if not action.builtin:
                     required["AGORA_DEFAULT_EXECUTOR"] = "1"
                 user = None
+            starter = None
+            if not (action.builtin or runs_default_executor(action.info)):
+                starter = self._executor_starter(fid, eid, action.info, required)
             env = executor_environment(
                 self._environ,
                 drop=self._drop_env,
@@ -598,7 +628,7 @@ class AgentDaemon:
                 given=self._executor_defaults(fid, eid) | dict(action.environment),
                 required=required,
             )
-            self._processes.launch(fid, eid, argv, sandbox, env, user)
+            self._processes.launch(fid, eid, argv, sandbox, env, user, starter)
         except LaunchError as exc:
             log.warning("executor_launch_failed", framework_id=fid, executor_id=eid, error=str(exc))
             return str(exc)
@@ -610,6 +640,9 @@ class AgentDaemon:
     def _destroy_task_containers(self, framework_id: FrameworkID, executor_id: ExecutorID) -> None:
         """An executor is gone: the containers of its tasks go too (it normally destroys them
         itself; not if it was killed)."""
+        contained = self._executor_containers.pop((framework_id, executor_id), None)
+        if contained is not None:
+            contained.destroy()
         if self._cgroups is None:
             return
         executor = self._core.state.executors.get((framework_id, executor_id))
@@ -635,6 +668,84 @@ class AgentDaemon:
         except Exception:  # a report is never worth the heartbeat
             log.exception("usage_sampling_failed")
             return ()
+
+    def _executor_starter(
+        self,
+        fid: FrameworkID,
+        eid: ExecutorID,
+        info: ExecutorInfo,
+        required: dict[str, str],
+    ) -> ExecutorStarter | None:
+        """How to start a custom executor in a container of its own (None: no isolation). Its
+        limits cover the executor's resources and its tasks'; they grow as tasks arrive."""
+        if not self._containers.isolated and info.container is None:
+            return None
+        spec = info.container
+        if spec is not None and spec.network_isolation:
+            raise LaunchError("a custom executor cannot be network-isolated: it talks to its agent")
+        problem = self._containerizer.problem(spec)
+        if problem is not None:
+            raise LaunchError(problem)
+        if spec is not None and spec.image is not None:
+            required["AGORA_SANDBOX"] = SANDBOX_IN_IMAGE
+        name = container_name(fid, "executor", eid)
+        resources = self._executor_resources(fid, eid)
+
+        def start(
+            argv: list[str],
+            env: Mapping[str, str],
+            sandbox: str,
+            stdin: int,
+            stdout: int,
+            stderr: int,
+            account: Account | None,
+        ) -> int:
+            container = self._containerizer.launch(
+                name,
+                argv=argv,
+                env=env,
+                sandbox=sandbox,
+                stdin=stdin,
+                stdout=stdout,
+                stderr=stderr,
+                resources=resources,
+                info=spec,
+                user=User(account.uid, account.gid, account.groups) if account else None,
+                hostname=host_name_for(eid),
+            )
+            self._executor_containers[(fid, eid)] = container
+            return container.pid
+
+        return start
+
+    def _executor_resources(self, fid: FrameworkID, eid: ExecutorID) -> Resources:
+        """An executor's own resources plus those of its tasks that are not over."""
+        state = self._core.state
+        executor = state.executors.get((fid, eid))
+        if executor is None:
+            return Resources()
+        total = executor.info.resources
+        for task_id in sorted(executor.live):
+            task = state.tasks.get((fid, task_id))
+            if task is not None:
+                total = total + task.info.resources
+        return total
+
+    def _resize_executor_container(self, message: Message) -> None:
+        """New tasks for a contained custom executor: its limits grow to cover them."""
+        if isinstance(message, LaunchTaskGroup):
+            fid, eid = message.framework_id, message.executor.executor_id
+        elif isinstance(message, LaunchTask) and message.task.executor is not None:
+            fid, eid = message.framework_id, message.task.executor.executor_id
+        else:
+            return
+        container = self._executor_containers.get((fid, eid))
+        if container is None:
+            return
+        try:
+            container.update(limits_of(self._executor_resources(fid, eid), self._containers))
+        except (OSError, CgroupError, ValueError) as exc:
+            log.warning("executor_container_resize_failed", executor_id=eid, error=str(exc))
 
     def _executor_defaults(self, fid: FrameworkID, eid: ExecutorID) -> dict[str, str]:
         env = {

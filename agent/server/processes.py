@@ -35,8 +35,10 @@ from agora.sdk.messages import ExecutorInfo
 
 __all__ = [
     "BUILTIN_EXECUTOR_ARGV",
+    "Account",
     "ExecutorProcess",
     "ExecutorProcesses",
+    "ExecutorStarter",
     "LaunchError",
     "become_subreaper",
     "executor_argv",
@@ -54,6 +56,11 @@ _SANDBOX_VAR = b"AGORA_SANDBOX="
 
 #: (framework id, executor id, status); status None: unknown (an adopted executor).
 ExitCallback = Callable[[FrameworkID, ExecutorID, int | None], None]
+#: Starts an executor in a container: (argv, env, sandbox, stdin, stdout, stderr, account) ->
+#: the pid to watch (a child of the agent, which is a subreaper). Raises on failure.
+ExecutorStarter = Callable[
+    [list[str], Mapping[str, str], str, int, int, int, "Account | None"], int
+]
 
 
 class LaunchError(Exception):
@@ -128,6 +135,8 @@ class ExecutorProcess:
     started: float = field(default_factory=time.monotonic)
     returncode: int | None = None
     adopted_pid: int = 0
+    #: Started through a container starter: our child (its status can be reaped), no Popen.
+    contained: bool = False
 
     @property
     def pid(self) -> int:
@@ -135,7 +144,7 @@ class ExecutorProcess:
 
 
 @dataclass(frozen=True, slots=True)
-class _User:
+class Account:
     name: str
     uid: int
     gid: int
@@ -188,8 +197,10 @@ class ExecutorProcesses:
         sandbox: str,
         env: Mapping[str, str],
         user: str | None = None,
+        starter: ExecutorStarter | None = None,
     ) -> ExecutorProcess:
-        """Start one executor in ``sandbox`` (absolute, created here). Raises LaunchError."""
+        """Start one executor in ``sandbox`` (absolute, created here), through ``starter`` (a
+        container) when given. Raises LaunchError."""
         key = (framework_id, executor_id)
         old = self._by_key.get(key)
         if old is not None and old.returncode is None:
@@ -202,7 +213,9 @@ class ExecutorProcesses:
                 previous_pid=old.pid,
             )
             self._kill_group(old.pid, signal.SIGKILL)
-        account = self._account(user)
+        account = self.account(user)
+        pid = 0
+        popen: subprocess.Popen[bytes] | None = None
         try:
             os.makedirs(sandbox, exist_ok=True)
             if os.path.realpath(sandbox) != sandbox:
@@ -212,44 +225,63 @@ class ExecutorProcesses:
             with (
                 open(os.path.join(sandbox, "executor.stdout"), "ab") as out,
                 open(os.path.join(sandbox, "executor.stderr"), "ab") as err,
+                open(os.devnull, "rb") as null,
             ):
-                popen = subprocess.Popen(
-                    list(argv),
-                    cwd=sandbox,
-                    env=dict(env),
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=err,
-                    close_fds=True,
-                    start_new_session=True,
-                    user=account.uid if account else None,
-                    group=account.gid if account else None,
-                    extra_groups=list(account.groups) if account else None,
-                )
+                if starter is not None:
+                    pid = starter(
+                        list(argv), env, sandbox, null.fileno(), out.fileno(), err.fileno(), account
+                    )
+                else:
+                    popen = subprocess.Popen(
+                        list(argv),
+                        cwd=sandbox,
+                        env=dict(env),
+                        stdin=subprocess.DEVNULL,
+                        stdout=out,
+                        stderr=err,
+                        close_fds=True,
+                        start_new_session=True,
+                        user=account.uid if account else None,
+                        group=account.gid if account else None,
+                        extra_groups=list(account.groups) if account else None,
+                    )
         except LaunchError:
             raise
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
             raise LaunchError(f"cannot start executor {argv[0] if argv else ''!r}: {exc}") from exc
+        except Exception as exc:  # the container launcher's own error
+            raise LaunchError(f"cannot start executor {argv[0] if argv else ''!r}: {exc}") from exc
+        if popen is not None:
+            pid = popen.pid
         try:
-            pidfd: int | None = os.pidfd_open(popen.pid)
+            pidfd: int | None = os.pidfd_open(pid)
         except (OSError, AttributeError):  # pragma: no cover - kernels before 5.3
             pidfd = None
-        proc = ExecutorProcess(framework_id, executor_id, sandbox, popen, pidfd)
+        proc = ExecutorProcess(
+            framework_id,
+            executor_id,
+            sandbox,
+            popen,
+            pidfd,
+            adopted_pid=pid,
+            contained=popen is None,
+        )
         self._by_key[key] = proc
-        self._by_pid[popen.pid] = proc
+        self._by_pid[pid] = proc
         self._all_gone.clear()
         if pidfd is not None:
             self._loop.add_reader(pidfd, self._exited, proc)
         try:
-            _write_atomic(os.path.join(sandbox, "executor.pid"), f"{popen.pid}\n")
+            _write_atomic(os.path.join(sandbox, "executor.pid"), f"{pid}\n")
         except OSError as exc:
             log.warning("executor_pid_file_failed", sandbox=sandbox, error=str(exc))
         log.info(
             "executor_launched",
             framework_id=framework_id,
             executor_id=executor_id,
-            pid=popen.pid,
+            pid=pid,
             sandbox=sandbox,
+            contained=popen is None,
         )
         return proc
 
@@ -274,7 +306,7 @@ class ExecutorProcesses:
         if proc.returncode is None:
             self._finish(proc)
 
-    def _account(self, user: str | None) -> _User | None:
+    def account(self, user: str | None) -> Account | None:
         """The account to switch to, None to run as the agent's own user."""
         if not user:
             return None
@@ -294,7 +326,7 @@ class ExecutorProcesses:
             groups = tuple(os.getgrouplist(user, entry.pw_gid))
         except OSError:
             groups = (entry.pw_gid,)
-        return _User(user, entry.pw_uid, entry.pw_gid, groups)
+        return Account(user, entry.pw_uid, entry.pw_gid, groups)
 
     # ---- signals ---------------------------------------------------------------------------
 
@@ -341,7 +373,7 @@ class ExecutorProcesses:
         # While it is an unreaped zombie its pid cannot be reused, so its group is still its own:
         # destroy what it leaves behind, that group (it may outlive its leader) and the adopted
         # processes of its sandbox (its tasks run in sessions of their own).
-        if proc.popen is not None:
+        if proc.popen is not None or proc.contained:
             self._kill_group(proc.pid, signal.SIGKILL)
             self.kill_adopted(proc.sandbox)
         else:
@@ -353,6 +385,9 @@ class ExecutorProcesses:
             status = proc.popen.poll()
             if status is None:  # pragma: no cover - poll reaps a zombie at once
                 status = proc.popen.wait()
+        elif proc.contained:
+            with contextlib.suppress(ChildProcessError):
+                status = os.waitstatus_to_exitcode(os.waitpid(proc.pid, 0)[1])
         proc.returncode = -1 if status is None else status
         if proc.pidfd is not None:
             self._loop.remove_reader(proc.pidfd)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from agora.agent.server.isolation import release_cgroups_of
 from agora.sdk.ids import AgentID, FrameworkID, TaskID
 from agora.sdk.messages import (
     AgentRegistered,
@@ -227,6 +228,8 @@ def agent_process(tmp_path: Path, master: str, *extra: str) -> Iterator[AgentPro
             if ours(pid):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
+        # The containers of its tasks and executors (the agent was killed: nobody else will).
+        release_cgroups_of(str(work_dir))
 
 
 def pids_in(work_dir: Path) -> list[int]:

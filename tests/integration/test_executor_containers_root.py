@@ -1,0 +1,91 @@
+"""A custom executor in a container of its own (agent daemon, fake master): a cgroup whose memory
+limit covers the executor's resources and its tasks', and its own pid namespace. Draining the
+agent removes the container."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from agora.agent.containers.containerizer import container_name
+from agora.sdk.ids import ExecutorID, TaskID
+from agora.sdk.messages import CommandInfo, ExecutorInfo, RunTask, TaskInfo
+from agora.sdk.resources import Resources
+from support.agent_daemon_kit import (
+    AGENT_ID,
+    FID,
+    FRAMEWORK,
+    agent_process,
+    eventually,
+    read_pid,
+    run,
+    scenario,
+)
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root: cgroups and namespaces"),
+    pytest.mark.timeout(90),
+]
+
+ISOLATION = "posix,cgroups/cpu,cgroups/mem,namespaces/pid,namespaces/mount"
+
+
+def _run_on_custom_executor(script: str) -> RunTask:
+    executor = ExecutorInfo(
+        executor_id=ExecutorID("boxed"),
+        framework_id=FID,
+        command=CommandInfo(value=script),
+        resources=Resources.parse("cpus:0.1;mem:32"),
+    )
+    task = TaskInfo(
+        task_id=TaskID("x1"),
+        name="x1",
+        agent_id=AGENT_ID,
+        resources=Resources.parse("cpus:0.2;mem:64"),
+        executor=executor,
+    )
+    return RunTask(framework_info=FRAMEWORK, framework_id=FID, task=task)
+
+
+def test_a_custom_executor_runs_in_its_own_container(tmp_path: Path) -> None:
+    script = "cat /proc/self/cgroup > cgroup.txt; echo $$ > inner.pid; exec sleep 1000"
+
+    async def main() -> None:
+        async with scenario(tmp_path, "--isolation", ISOLATION) as (master, agent):
+            await master.register()
+            await master.send(_run_on_custom_executor(script))
+            sandbox = agent.sandbox("boxed")
+            assert await read_pid(sandbox / "inner.pid") == 2  # the init is pid 1
+            name = container_name(FID, "executor", "boxed")
+            memory = [
+                line.split(":", 2)[2]
+                for line in (sandbox / "cgroup.txt").read_text().splitlines()
+                if line.split(":")[1] == "memory"
+            ]
+            assert memory and memory[0].endswith(f"/{name}")
+            limit = Path(f"/sys/fs/cgroup/memory{memory[0]}/memory.limit_in_bytes")
+            assert int(limit.read_text()) == (32 + 64) * 1024 * 1024
+            agent.proc.send_signal(signal.SIGUSR1)
+            await eventually(lambda: agent.proc.poll() is not None, "the agent to drain")
+            assert not limit.parent.exists(), "the executor's container outlived the agent"
+
+    run(main())
+
+
+def test_a_restarted_agent_adopts_a_contained_executor(tmp_path: Path) -> None:
+    script = "echo $$ > inner.pid; exec sleep 1000"
+
+    async def main() -> None:
+        async with scenario(tmp_path, "--isolation", ISOLATION) as (master, agent):
+            await master.register()
+            await master.send(_run_on_custom_executor(script))
+            await read_pid(agent.sandbox("boxed") / "inner.pid")
+            agent.proc.send_signal(signal.SIGTERM)
+            await eventually(lambda: agent.proc.poll() is not None, "the agent to exit")
+            with agent_process(tmp_path, master.endpoint, "--isolation", ISOLATION) as again:
+                await eventually(lambda: "executor_adopted" in again.log(), "the adoption")
+                assert '"executors_alive": 1' in again.log()
+
+    run(main())
