@@ -47,6 +47,7 @@ from agora.sdk.messages import (
     KillTask,
     Message,
     Ping,
+    Reason,
     RegisterExecutor,
     ReregisterExecutor,
     RunTask,
@@ -201,7 +202,12 @@ class Agent:
         return self._finish()
 
     def executor_exited(
-        self, framework_id: FrameworkID, executor_id: ExecutorID, status: int | None, now: float
+        self,
+        framework_id: FrameworkID,
+        executor_id: ExecutorID,
+        status: int | None,
+        now: float,
+        limitation: tuple[Reason, str] | None = None,
     ) -> list[Action]:
         """An executor process ended; ``status`` is its return code (negative: -signal), or None
         when the shell cannot know it (an executor re-attached after a restart is not its child:
@@ -209,9 +215,13 @@ class Agent:
 
         Its tasks that are not over end TASK_FAILED (TASK_KILLED if it was being shut down on
         request), reason EXECUTOR_TERMINATED; the master hears EXITED_EXECUTOR. Tasks that
-        arrived while it was terminating go to a fresh executor (a new LaunchExecutor)."""
+        arrived while it was terminating go to a fresh executor (a new LaunchExecutor).
+        ``limitation``: the executor's container hit a limit (e.g. its memory): its tasks end
+        TASK_FAILED with that reason and message instead."""
         if not self._st.terminated:
-            executors.on_exited(self._st, framework_id, executor_id, status, now)
+            executors.on_exited(
+                self._st, framework_id, executor_id, status, now, limitation=limitation
+            )
         return self._finish()
 
     def executor_launch_failed(

@@ -325,8 +325,10 @@ def on_exited(
     now: float,
     *,
     message: str | None = None,
+    limitation: tuple[Reason, str] | None = None,
 ) -> None:
-    """The executor is gone. ``status`` None: unknown (reported to the master as -1)."""
+    """The executor is gone. ``status`` None: unknown (reported to the master as -1).
+    ``limitation``: a limit of its container ended it (reason and message for its tasks)."""
     ex = st.executors.get((framework_id, executor_id))
     if ex is None:
         return
@@ -336,6 +338,8 @@ def on_exited(
     if ex.exit_reason is not None:
         # Killed by recovery: its own reason, FAILED even if a shutdown had been requested.
         _ended(st, ex, TaskState.FAILED, ex.exit_reason, ex.exit_message or message, now)
+    elif limitation is not None:
+        _ended(st, ex, TaskState.FAILED, limitation[0], f"{limitation[1]} ({message})", now)
     else:
         state = TaskState.KILLED if ex.shutdown_requested else TaskState.FAILED
         _ended(st, ex, state, Reason.EXECUTOR_TERMINATED, message, now)

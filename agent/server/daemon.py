@@ -34,15 +34,9 @@ from typing import Final
 
 import structlog
 import zmq
-from agora.agent.containers.cgroups import CgroupError, Cgroups
 from agora.agent.containers.containerizer import (
-    SANDBOX_IN_IMAGE,
-    Container,
     Containerizer,
-    User,
     container_name,
-    host_name_for,
-    limits_of,
 )
 from agora.agent.containers.gpus import GpuAllocator
 from agora.agent.containers.images import ImageStore
@@ -56,42 +50,31 @@ from agora.agent.core import (
     ToExecutor,
     ToMaster,
 )
-from agora.agent.core.state import is_final
 from agora.agent.server.checkpointing import Checkpointer, find_alive
 from agora.agent.server.config import DaemonSettings, option_env_names
+from agora.agent.server.containment import AgentContainment
 from agora.agent.server.gpu_assign import GpuAssignments
 from agora.agent.server.http import make_app
 from agora.agent.server.isolation import (
     IsolationError,
     choose_container_config,
-    destroy_orphan_containers,
-    release_agent_cgroups,
 )
 from agora.agent.server.journal import JournalError
 from agora.agent.server.processes import (
-    Account,
     ExecutorProcesses,
-    ExecutorStarter,
     LaunchError,
     executor_argv,
     executor_environment,
     resolve_sandbox,
     runs_default_executor,
 )
-from agora.agent.server.usage import sample_usage
 from agora.sdk.httpd import start_http
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID
 from agora.sdk.messages import (
-    ContainerUsage,
     Error,
-    ExecutorInfo,
-    LaunchTask,
-    LaunchTaskGroup,
     Message,
-    Pong,
     UnregisterAgent,
 )
-from agora.sdk.resources import Resources
 from agora.sdk.transport import CurveClient, Received, TransportClosed, ZmqClient, ZmqServer
 from aiohttp import web
 
@@ -161,10 +144,7 @@ class AgentDaemon:
         self._http_port = 0
         self._drop_env = option_env_names()
         self._containers = ContainerConfig()
-        self._cgroups: Cgroups | None = None
-        self._gpus: GpuAssignments | None = None
-        self._containerizer = Containerizer(self._containers)
-        self._executor_containers: dict[tuple[FrameworkID, ExecutorID], Container] = {}
+        self._containment = AgentContainment(Containerizer(self._containers), lambda: self._core)
         self.bad_frames = 0
 
     @property
@@ -199,14 +179,22 @@ class AgentDaemon:
             log.error("checkpoint_unusable", work_dir=self._work_dir, error=str(exc))
             return 1
         try:
-            self._containers, self._cgroups = choose_container_config(
+            self._containers, cgroups = choose_container_config(
                 self._settings, self._work_dir, gpus=bool(self._settings.gpus)
             )
         except IsolationError as exc:
             log.error("isolation_unavailable", error=str(exc))
+            self._checkpoint.close()
             return 1
         images = ImageStore(self._settings.image_store) if self._settings.image_store else None
-        self._containerizer = Containerizer(self._containers, self._cgroups, images)
+        gpus = None
+        if "gpu/nvidia" in self._containers.isolators:
+            gpus = GpuAssignments(
+                GpuAllocator(self._settings.gpus), os.path.join(self._work_dir, "gpus.json")
+            )
+        self._containment = AgentContainment(
+            Containerizer(self._containers, cgroups, images), lambda: self._core, gpus
+        )
         self._processes = ExecutorProcesses(
             loop, self._work_dir, self._executor_exited, switch_user=self._settings.switch_user
         )
@@ -216,10 +204,6 @@ class AgentDaemon:
             return 1
         self._endpoint = advertised_endpoint(self._server.endpoint)
         self._checkpoint.record_endpoint(self._server.endpoint)
-        if "gpu/nvidia" in self._containers.isolators:
-            self._gpus = GpuAssignments(
-                GpuAllocator(self._settings.gpus), os.path.join(self._work_dir, "gpus.json")
-            )
         if self._settings.http_port is not None:
             # Before registering: the master learns the bound port in AgentInfo.
             app = make_app(lambda: self._core, self._work_dir)
@@ -325,8 +309,7 @@ class AgentDaemon:
         """Take the core's state back from the checkpoint and adopt the executors still running.
         False (the agent must not start) when the checkpoint cannot be read."""
         if not Checkpointer.recovering(records):
-            if self._cgroups is not None:
-                destroy_orphan_containers(self._cgroups, ())
+            self._containment.keep_only(())
             return True
         assert self._processes is not None
         cleanup = self._settings.recover == "cleanup"
@@ -354,13 +337,15 @@ class AgentDaemon:
         self._pending.extend(actions)
         self._checkpoint.save(self._core.checkpoint())
         self._flush()
-        if self._cgroups is not None:
-            live = (
+        if not cleanup:
+            state = self._core.state
+            live = [
                 container_name(task.framework_id, task.info.task_id)
-                for task in self._core.state.tasks.values()
-                if (task.framework_id, task.executor_id) in alive and not cleanup
-            )
-            destroy_orphan_containers(self._cgroups, live)
+                for task in state.tasks.values()
+                if (task.framework_id, task.executor_id) in alive
+            ]
+            live += [container_name(fid, "executor", eid) for fid, eid in alive]
+            self._containment.keep_only(live)
         return True
 
     def _signalled(self, sig: signal.Signals) -> None:
@@ -405,8 +390,7 @@ class AgentDaemon:
         await self._flush_outbox()
         # The master forgets this agent id: the next start is a new agent.
         self._checkpoint.discard()
-        if self._cgroups is not None:
-            release_agent_cgroups(self._cgroups)
+        self._containment.release()
 
     async def _flush_outbox(self) -> None:
         deadline = time.monotonic() + _FLUSH_TIMEOUT
@@ -508,7 +492,7 @@ class AgentDaemon:
     def _executor_exited(
         self, framework_id: FrameworkID, executor_id: ExecutorID, status: int | None
     ) -> None:
-        self._destroy_task_containers(framework_id, executor_id)
+        limitation = self._containment.executor_exited(framework_id, executor_id)
         self._call(
             "executor_exited",
             self._core.executor_exited,
@@ -516,6 +500,7 @@ class AgentDaemon:
             executor_id,
             status,
             time.time(),
+            limitation,
         )
 
     def _call(self, what: str, fn: Callable[..., Iterable[object]], *args: object) -> None:
@@ -553,19 +538,10 @@ class AgentDaemon:
         queued = False
         for action in actions:
             if isinstance(action, ToMaster):
-                message = action.message
-                if isinstance(message, Pong) and self._cgroups is not None:
-                    message = Pong(usage=self._usage())
-                elif self._gpus is not None:
-                    self._gpus.to_master(message)
-                self._outbox.append((None, message))
+                self._outbox.append((None, self._containment.to_master(action.message)))
                 queued = True
             elif isinstance(action, ToExecutor):
-                message = action.message
-                if self._gpus is not None:
-                    message = self._gpus.outgoing(message)
-                if self._executor_containers:
-                    self._resize_executor_container(message)
+                message = self._containment.to_executor(action.message)
                 self._outbox.append((action.peer, message))
                 queued = True
             elif isinstance(action, LaunchExecutor):
@@ -620,7 +596,7 @@ class AgentDaemon:
                 user = None
             starter = None
             if not (action.builtin or runs_default_executor(action.info)):
-                starter = self._executor_starter(fid, eid, action.info, required)
+                starter = self._containment.executor_starter(fid, eid, action.info, required)
             env = executor_environment(
                 self._environ,
                 drop=self._drop_env,
@@ -636,116 +612,6 @@ class AgentDaemon:
             log.exception("executor_launch_crashed", framework_id=fid, executor_id=eid)
             return f"internal error: {exc!r}"
         return None
-
-    def _destroy_task_containers(self, framework_id: FrameworkID, executor_id: ExecutorID) -> None:
-        """An executor is gone: the containers of its tasks go too (it normally destroys them
-        itself; not if it was killed)."""
-        contained = self._executor_containers.pop((framework_id, executor_id), None)
-        if contained is not None:
-            contained.destroy()
-        if self._cgroups is None:
-            return
-        executor = self._core.state.executors.get((framework_id, executor_id))
-        for task_id in sorted(executor.tasks) if executor is not None else ():
-            cgroup = self._cgroups.open(container_name(framework_id, task_id))
-            if cgroup is None:
-                continue
-            try:
-                cgroup.destroy()
-            except (OSError, CgroupError) as exc:
-                log.error("task_container_destroy_failed", task_id=task_id, error=str(exc))
-
-    def _usage(self) -> tuple[ContainerUsage, ...]:
-        assert self._cgroups is not None
-        state = self._core.state
-        live = [
-            (task.framework_id, task.executor_id, task.info.task_id)
-            for task in state.tasks.values()
-            if task.launched and not is_final(task.state)
-        ]
-        try:
-            return sample_usage(self._cgroups, live, time.time())
-        except Exception:  # a report is never worth the heartbeat
-            log.exception("usage_sampling_failed")
-            return ()
-
-    def _executor_starter(
-        self,
-        fid: FrameworkID,
-        eid: ExecutorID,
-        info: ExecutorInfo,
-        required: dict[str, str],
-    ) -> ExecutorStarter | None:
-        """How to start a custom executor in a container of its own (None: no isolation). Its
-        limits cover the executor's resources and its tasks'; they grow as tasks arrive."""
-        if not self._containers.isolated and info.container is None:
-            return None
-        spec = info.container
-        if spec is not None and spec.network_isolation:
-            raise LaunchError("a custom executor cannot be network-isolated: it talks to its agent")
-        problem = self._containerizer.problem(spec)
-        if problem is not None:
-            raise LaunchError(problem)
-        if spec is not None and spec.image is not None:
-            required["AGORA_SANDBOX"] = SANDBOX_IN_IMAGE
-        name = container_name(fid, "executor", eid)
-        resources = self._executor_resources(fid, eid)
-
-        def start(
-            argv: list[str],
-            env: Mapping[str, str],
-            sandbox: str,
-            stdin: int,
-            stdout: int,
-            stderr: int,
-            account: Account | None,
-        ) -> int:
-            container = self._containerizer.launch(
-                name,
-                argv=argv,
-                env=env,
-                sandbox=sandbox,
-                stdin=stdin,
-                stdout=stdout,
-                stderr=stderr,
-                resources=resources,
-                info=spec,
-                user=User(account.uid, account.gid, account.groups) if account else None,
-                hostname=host_name_for(eid),
-            )
-            self._executor_containers[(fid, eid)] = container
-            return container.pid
-
-        return start
-
-    def _executor_resources(self, fid: FrameworkID, eid: ExecutorID) -> Resources:
-        """An executor's own resources plus those of its tasks that are not over."""
-        state = self._core.state
-        executor = state.executors.get((fid, eid))
-        if executor is None:
-            return Resources()
-        total = executor.info.resources
-        for task_id in sorted(executor.live):
-            task = state.tasks.get((fid, task_id))
-            if task is not None:
-                total = total + task.info.resources
-        return total
-
-    def _resize_executor_container(self, message: Message) -> None:
-        """New tasks for a contained custom executor: its limits grow to cover them."""
-        if isinstance(message, LaunchTaskGroup):
-            fid, eid = message.framework_id, message.executor.executor_id
-        elif isinstance(message, LaunchTask) and message.task.executor is not None:
-            fid, eid = message.framework_id, message.task.executor.executor_id
-        else:
-            return
-        container = self._executor_containers.get((fid, eid))
-        if container is None:
-            return
-        try:
-            container.update(limits_of(self._executor_resources(fid, eid), self._containers))
-        except (OSError, CgroupError, ValueError) as exc:
-            log.warning("executor_container_resize_failed", executor_id=eid, error=str(exc))
 
     def _executor_defaults(self, fid: FrameworkID, eid: ExecutorID) -> dict[str, str]:
         env = {

@@ -24,6 +24,7 @@ from agora.sdk import (
 )
 from agora.sdk.ids import ExecutorID, FrameworkID
 from agora.sdk.messages import CommandInfo, ExecutorInfo, FrameworkCapability, Reason
+from agora.sdk.resources import Resources
 from support.cluster import LocalCluster
 from support.polling import wait_for
 from support.recorder import Recorder
@@ -210,15 +211,17 @@ run_executor(Echo())
 
 
 def test_a_custom_sdk_executor_runs_a_task_and_talks_to_its_framework(
-    cluster: LocalCluster, tmp_path: Path
+    cluster: LocalCluster,
 ) -> None:
-    script = tmp_path / "echo_executor.py"
-    script.write_text(CUSTOM_EXECUTOR)
+    # The program comes inline: a contained executor has a private /tmp, so a script under the
+    # test's tmp dir would not be there.
     executor = ExecutorInfo(
         executor_id=ExecutorID("echo"),
         framework_id=FrameworkID(""),
-        command=CommandInfo(value=f"{sys.executable} {script}"),
+        command=CommandInfo(value=f"exec {sys.executable} - <<'EOF'\n{CUSTOM_EXECUTOR}\nEOF\n"),
         name="echo executor",
+        # Its container's memory limit covers these and its task's: enough for a Python process.
+        resources=Resources.parse("cpus:0.1;mem:128"),
     )
     rec = Recorder(todo=[TaskSpec("echoed", "", SMALL, executor=executor)])
     with _driver(cluster, rec) as driver:

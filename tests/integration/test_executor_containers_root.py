@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from agora.agent.containers.containerizer import container_name
 from agora.sdk.ids import ExecutorID, TaskID
-from agora.sdk.messages import CommandInfo, ExecutorInfo, RunTask, TaskInfo
+from agora.sdk.messages import CommandInfo, ExecutorInfo, Reason, RunTask, TaskInfo, TaskState
 from agora.sdk.resources import Resources
 from support.agent_daemon_kit import (
     AGENT_ID,
@@ -87,5 +87,18 @@ def test_a_restarted_agent_adopts_a_contained_executor(tmp_path: Path) -> None:
             with agent_process(tmp_path, master.endpoint, "--isolation", ISOLATION) as again:
                 await eventually(lambda: "executor_adopted" in again.log(), "the adoption")
                 assert '"executors_alive": 1' in again.log()
+
+    run(main())
+
+
+def test_an_executor_over_its_memory_fails_its_tasks_with_the_limit(tmp_path: Path) -> None:
+    hog = "exec python3 -c 'import time; b = b\"x\" * (256 << 20); time.sleep(30)'"
+
+    async def main() -> None:
+        async with scenario(tmp_path, "--isolation", ISOLATION) as (master, _agent):
+            await master.register()
+            await master.send(_run_on_custom_executor(hog))
+            failed = await master.update("x1", TaskState.FAILED)
+            assert failed.reason is Reason.CONTAINER_LIMITATION_MEMORY
 
     run(main())
