@@ -46,6 +46,9 @@ _mount.restype = ctypes.c_int
 _umount2 = _libc.umount2
 _umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 _umount2.restype = ctypes.c_int
+_setns = _libc.setns
+_setns.argtypes = [ctypes.c_int, ctypes.c_int]
+_setns.restype = ctypes.c_int
 _sethostname = _libc.sethostname
 _sethostname.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
 _sethostname.restype = ctypes.c_int
@@ -77,6 +80,11 @@ def _check(result: int, what: str) -> None:
 
 def unshare(flags: int) -> None:
     _check(_unshare(flags), "unshare")
+
+
+def join_network(fd: int) -> None:
+    """Enter the network namespace ``fd`` refers to (another container's: a task group's)."""
+    _check(_setns(fd, CLONE_NEWNET), "join the group's network namespace")
 
 
 def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str = "") -> None:

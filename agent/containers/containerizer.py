@@ -194,9 +194,11 @@ class Containerizer:
         info: ContainerInfo | None = None,
         user: User | None = None,
         hostname: str | None = None,
+        join_network: str | None = None,
     ) -> Container:
         """Create the container and start ``argv`` in it; raises LaunchError (nothing is left
-        behind then)."""
+        behind then). ``join_network``: share that network namespace (``/proc/<pid>/ns/net``
+        of a task group's first isolated member) rather than make one."""
         problem = self.problem(info)
         if problem is not None:
             raise LaunchError(problem)
@@ -224,6 +226,8 @@ class Containerizer:
                 namespaces.add("mount")
         if info is not None and info.hostname:
             hostname = info.hostname
+        if join_network is not None:
+            namespaces.discard("net")
         spec = ContainerSpec(
             argv=tuple(argv),
             env=env,
@@ -239,6 +243,7 @@ class Containerizer:
             hostname=hostname if "uts" in namespaces else None,
             rootfs=rootfs,
             volumes=volumes,
+            network_of=join_network,
         )
         try:
             pid = spawn(spec)

@@ -95,6 +95,9 @@ class ContainerSpec:
     hostname: str | None = None
     rootfs: str | None = None
     volumes: tuple[Bind, ...] = ()
+    #: Join this network namespace (``/proc/<pid>/ns/net`` of another container) instead of
+    #: creating one: the members of a task group share one network.
+    network_of: str | None = None
 
     def __post_init__(self) -> None:
         namespaces = frozenset(self.namespaces)
@@ -166,6 +169,8 @@ class _Plan:
     flags: int
     gid: int | None
     volumes: tuple[tuple[str, str, bool], ...]
+    #: An open descriptor of the network namespace to join (-1: none); closed after the fork.
+    netns: int = -1
 
 
 def _plan(spec: ContainerSpec) -> _Plan:
@@ -197,7 +202,15 @@ def _plan(spec: ContainerSpec) -> _Plan:
     flags = 0
     for name in spec.namespaces:
         flags |= _CLONE_FLAGS[name]
-    return _Plan(flags=flags, gid=gid, volumes=tuple(volumes))
+    netns = -1
+    if spec.network_of is not None:
+        if "net" in spec.namespaces:
+            raise _bad("network_of and a net namespace of its own exclude each other")
+        try:
+            netns = os.open(spec.network_of, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise LaunchError(f"network namespace {spec.network_of}: {exc.strerror}") from None
+    return _Plan(flags=flags, gid=gid, volumes=tuple(volumes), netns=netns)
 
 
 def spawn(spec: ContainerSpec) -> int:
@@ -207,18 +220,22 @@ def spawn(spec: ContainerSpec) -> int:
     by signal N inside a pid namespace. Raises ``LaunchError`` with the child's error text.
     """
     plan = _plan(spec)
-    read_end, write_end = os.pipe()  # both O_CLOEXEC
     try:
-        first = os.fork()
-        if first == 0:  # pragma: no cover - runs in the child
-            try:
-                _child(spec, plan, write_end)
-            finally:
-                os._exit(127)
-    except BaseException:
-        os.close(read_end)
-        os.close(write_end)
-        raise
+        read_end, write_end = os.pipe()  # both O_CLOEXEC
+        try:
+            first = os.fork()
+            if first == 0:  # pragma: no cover - runs in the child
+                try:
+                    _child(spec, plan, write_end)
+                finally:
+                    os._exit(127)
+        except BaseException:
+            os.close(read_end)
+            os.close(write_end)
+            raise
+    finally:
+        if plan.netns >= 0:
+            os.close(plan.netns)
     os.close(write_end)
     try:
         report = _read_all(read_end)
@@ -278,6 +295,9 @@ def _child(spec: ContainerSpec, plan: _Plan, report: int) -> None:
                 os.write(fd, str(os.getpid()).encode())
             finally:
                 os.close(fd)
+        if plan.netns >= 0:
+            step.name = "join the network namespace"
+            _mounts.join_network(plan.netns)
         step.name = "set up stdio"
         report = _take_fds(spec, report)
         os.setsid()

@@ -268,8 +268,13 @@ class CommandExecutor(Executor):
         """Spawn every task; for a group, all or nothing."""
         processes = self._processes_of(None)
         started: list[_Task] = []
+        network: str | None = None  # a group's isolated tasks share the first one's network
         for entry in entries:
-            error = self._spawn(processes, entry)
+            isolated = entry.info.container is not None and entry.info.container.network_isolation
+            error = self._spawn(processes, entry, network if isolated else None)
+            if error is None and isolated and network is None and entry.group is not None:
+                assert self._containers is not None
+                network = self._containers.network_of(entry.info.task_id)
             if error is not None:
                 for running in started:
                     running.kill_reason = (Reason.TASK_GROUP_MEMBER_FAILED, error)
@@ -281,7 +286,9 @@ class CommandExecutor(Executor):
             self._update(entry.info.task_id, TaskState.RUNNING)
             self._watch_health(entry)
 
-    def _spawn(self, processes: TaskProcesses, entry: _Task) -> str | None:
+    def _spawn(
+        self, processes: TaskProcesses, entry: _Task, network: str | None = None
+    ) -> str | None:
         task = entry.info
         command = task.command
         assert command is not None
@@ -292,7 +299,7 @@ class CommandExecutor(Executor):
         starter = None
         if self._containers is not None:
             env["AGORA_SANDBOX"] = self._containers.sandbox_path(task, host_sandbox)
-            starter = self._containers.starter(task, entry.run_as)
+            starter = self._containers.starter(task, entry.run_as, network)
         else:
             env["AGORA_SANDBOX"] = host_sandbox
         argv = (command.value or "",) if command.shell else command.argv

@@ -57,8 +57,11 @@ class TaskContainers:
         """The task's sandbox as the task sees it (inside an image: /mnt/sandbox)."""
         return self._containerizer.sandbox_path(task.container, host_sandbox)
 
-    def starter(self, task: TaskInfo, run_as: RunAs | None) -> Starter | None:
-        """How to start ``task`` in its container; None when a posix spawn is enough."""
+    def starter(
+        self, task: TaskInfo, run_as: RunAs | None, join_network: str | None = None
+    ) -> Starter | None:
+        """How to start ``task`` in its container; None when a posix spawn is enough.
+        ``join_network``: the network namespace to share (a task group's)."""
         if not self._containerizer.isolates(task.container):
             return None
         name = container_name(self._framework_id, task.task_id)
@@ -85,11 +88,17 @@ class TaskContainers:
                 info=task.container,
                 user=user,
                 hostname=hostname,
+                join_network=join_network,
             )
             self._live[task.task_id] = container
             return container.pid
 
         return start
+
+    def network_of(self, task_id: TaskID) -> str | None:
+        """The network namespace of a running task's container, for its group to join."""
+        container = self._live.get(task_id)
+        return f"/proc/{container.pid}/ns/net" if container is not None else None
 
     def finish(self, task_id: TaskID) -> tuple[Reason, str] | None:
         """The task's process has exited: what limit ended it (if any); the container goes."""

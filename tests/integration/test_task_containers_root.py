@@ -17,10 +17,17 @@ from agora.agent.containers.cgroups import Cgroups
 from agora.agent.containers.containerizer import container_name
 from agora.agent.containers.images import ImageStore
 from agora.agent.containers.isolation import CONTAINER_CONFIG_ENV, ISOLATORS, ContainerConfig
-from agora.sdk.messages import ContainerInfo, Reason, TaskState
+from agora.sdk.messages import ContainerInfo, LaunchTaskGroup, Reason, TaskGroupInfo, TaskState
 from agora.sdk.resources import Resources
 from support.busybox import MARKER, busybox_rootfs
-from support.executor_kit import FRAMEWORK_ID, ExecutorProcess, FakeAgent, cleanup, task
+from support.executor_kit import (
+    EXECUTOR_INFO,
+    FRAMEWORK_ID,
+    ExecutorProcess,
+    FakeAgent,
+    cleanup,
+    task,
+)
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root: cgroups and namespaces"),
@@ -186,5 +193,27 @@ def test_network_isolation_leaves_only_loopback(tmp_path: Path, config: Containe
         assert (await agent.wait_terminal("netless")).state is TaskState.FINISHED
         interfaces = (executor.task_dir("netless") / "stdout").read_text().split()
         assert interfaces == ["lo"]
+
+    run(with_executor(tmp_path, config, body))
+
+
+def test_a_groups_isolated_tasks_share_one_network(tmp_path: Path, config: ContainerConfig) -> None:
+    show = "readlink /proc/self/ns/net; sleep 0.5"
+
+    async def body(agent: FakeAgent, executor: ExecutorProcess) -> None:
+        info = ContainerInfo(network_isolation=True)
+        group = TaskGroupInfo(
+            tasks=(task("left", show, container=info), task("right", show, container=info))
+        )
+        assert await agent.send(
+            LaunchTaskGroup(framework_id=FRAMEWORK_ID, executor=EXECUTOR_INFO, task_group=group)
+        )
+        for task_id in ("left", "right"):
+            assert (await agent.wait_terminal(task_id)).state is TaskState.FINISHED
+        left, right = (
+            (executor.task_dir(t) / "stdout").read_text().strip() for t in ("left", "right")
+        )
+        assert left == right, "the group's tasks are in one network namespace"
+        assert left != os.readlink("/proc/self/ns/net"), "and it is not the host's"
 
     run(with_executor(tmp_path, config, body))
