@@ -45,6 +45,7 @@ typecheck: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python tests/bench/allocator.py --agents 10000 --frameworks 1000
 	$(BIN)/python tests/bench/throughput.py --tasks 5000
+	$(BIN)/python tests/bench/containers.py --containers 1000
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
