@@ -24,10 +24,17 @@ a checkpoint costs O(records changed), and a record is rewritten only when it ch
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated, TypeVar
 
-from agora.agent.core.state import AgentState, Executor, ExecutorState, Framework, Task
+from agora.agent.core.state import (
+    AgentState,
+    Executor,
+    ExecutorState,
+    Framework,
+    QueuedLaunch,
+    Task,
+)
 from agora.sdk.codec import pack_record, unpack_record
 from agora.sdk.errors import ProtocolError
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, TaskID
@@ -61,11 +68,13 @@ __all__ = [
     "collect",
     "decode",
     "everything",
+    "mark_saved",
     "pair_key",
 ]
 
 AGENT, FRAMEWORK, EXECUTOR, TASK, STREAM = "agent", "framework", "executor", "task", "stream"
-KINDS = frozenset({AGENT, FRAMEWORK, EXECUTOR, TASK, STREAM})
+LAUNCH = "launch"
+KINDS = frozenset({AGENT, FRAMEWORK, EXECUTOR, TASK, STREAM, LAUNCH})
 _AGENT_KEY = "id"
 _MANY = 1_000_000
 
@@ -102,8 +111,15 @@ class FrameworkRecord(Record):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LaunchRecord(Record):
+    """Tasks waiting for an executor, a record of its own (kind ``launch``)."""
+
     task_ids: Annotated[tuple[TaskID, ...], MaxItems(_MANY)]
     group: bool
+    seq: int
+    framework_id: FrameworkID
+    executor_id: ExecutorID
+    #: Waiting for the executor after this one (its current run is terminating).
+    successor: bool
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -159,10 +175,29 @@ def _executor(ex: Executor) -> bytes:
             builtin=ex.builtin,
             state=state,
             shutdown_requested=ex.shutdown_requested,
-            queued=tuple(LaunchRecord(task_ids=q.task_ids, group=q.group) for q in ex.queued),
-            successor=tuple(LaunchRecord(task_ids=q.task_ids, group=q.group) for q in ex.successor),
             exit_reason=ex.exit_reason,
             exit_message=ex.exit_message,
+        )
+    )
+
+
+def _launches(ex: Executor) -> dict[str, tuple[QueuedLaunch, bool]]:
+    """The executor's waiting launches by record key, each with whether it is a successor."""
+    prefix = pair_key(ex.framework_id, ex.executor_id)
+    out = {f"{prefix}/0/{q.seq}": (q, False) for q in ex.queued}
+    out.update((f"{prefix}/1/{q.seq}", (q, True)) for q in ex.successor)
+    return out
+
+
+def _launch(ex: Executor, launch: QueuedLaunch, successor: bool) -> bytes:
+    return pack_record(
+        LaunchRecord(
+            task_ids=launch.task_ids,
+            group=launch.group,
+            seq=launch.seq,
+            framework_id=ex.framework_id,
+            executor_id=ex.executor_id,
+            successor=successor,
         )
     )
 
@@ -207,6 +242,14 @@ def collect(st: AgentState) -> list[Put | Delete]:
         key = pair_key(fid, eid)
         ex = st.executors.get((fid, eid))
         out.append(Delete(EXECUTOR, key) if ex is None else Put(EXECUTOR, key, _executor(ex)))
+        saved = st.saved_launches.pop((fid, eid), set())
+        launches = _launches(ex) if ex is not None else {}
+        out += [Delete(LAUNCH, k) for k in sorted(saved - launches.keys())]
+        if ex is not None:
+            fresh = [(k, q, succ) for k, (q, succ) in launches.items() if k not in saved]
+            out += [Put(LAUNCH, k, _launch(ex, q, succ)) for k, q, succ in fresh]
+        if launches:
+            st.saved_launches[(fid, eid)] = set(launches)
     for fid, tid in sorted(st.dirty_tasks):
         key = pair_key(fid, tid)
         task = st.tasks.get((fid, tid))
@@ -222,6 +265,14 @@ def collect(st: AgentState) -> list[Put | Delete]:
     return out
 
 
+def mark_saved(st: AgentState) -> None:
+    """The state was just rebuilt from a checkpoint: its launch records are the saved ones."""
+    st.saved_launches = {key: set(_launches(ex)) for key, ex in st.executors.items()}
+    st.saved_launches = {key: keys for key, keys in st.saved_launches.items() if keys}
+    seqs = [q.seq for ex in st.executors.values() for q in (*ex.queued, *ex.successor)]
+    st.launch_seq = max([st.launch_seq, *seqs])
+
+
 def everything(st: AgentState) -> dict[tuple[str, str], bytes]:
     """Every durable record of the state as it is now (what the checkpoints add up to)."""
     out: dict[tuple[str, str], bytes] = {}
@@ -231,6 +282,8 @@ def everything(st: AgentState) -> dict[tuple[str, str], bytes]:
         out[(FRAMEWORK, fid)] = _framework(fw)
     for (fid, eid), ex in st.executors.items():
         out[(EXECUTOR, pair_key(fid, eid))] = _executor(ex)
+        for key, (launch, successor) in _launches(ex).items():
+            out[(LAUNCH, key)] = _launch(ex, launch, successor)
     for (fid, tid), task in st.tasks.items():
         out[(TASK, pair_key(fid, tid))] = _task(task)
     for fid, tid in st.updates:
@@ -263,8 +316,12 @@ def decode(records: Mapping[tuple[str, str], bytes]) -> Decoded:
     """Read the records back (kinds other than the agent's are ignored: the shell's own)."""
     out = Decoded(None, [], [], [], [])
     agent_id = None
+    launches: dict[tuple[str, str], list[LaunchRecord]] = {}
     for (kind, key), value in sorted(records.items()):
-        if kind == AGENT:
+        if kind == LAUNCH:
+            launch = _unpack(LaunchRecord, kind, key, value)
+            launches.setdefault((launch.framework_id, launch.executor_id), []).append(launch)
+        elif kind == AGENT:
             agent_id = _unpack(AgentRecord, kind, key, value).agent_id
         elif kind == FRAMEWORK:
             out.frameworks.append(_unpack(FrameworkRecord, kind, key, value))
@@ -276,4 +333,18 @@ def decode(records: Mapping[tuple[str, str], bytes]) -> Decoded:
             out.streams.append(_unpack(StreamRecord, kind, key, value))
     if agent_id is None and (out.frameworks or out.executors or out.tasks or out.streams):
         raise CheckpointError("checkpoint has records but no agent id")
-    return Decoded(agent_id, out.frameworks, out.executors, out.tasks, out.streams)
+    executors = []
+    for er in out.executors:
+        mine = sorted(launches.get((er.framework_id, er.info.executor_id), ()), key=_by_seq)
+        executors.append(
+            replace(
+                er,
+                queued=tuple(q for q in mine if not q.successor),
+                successor=tuple(q for q in mine if q.successor),
+            )
+        )
+    return Decoded(agent_id, out.frameworks, executors, out.tasks, out.streams)
+
+
+def _by_seq(launch: LaunchRecord) -> int:
+    return launch.seq

@@ -88,6 +88,7 @@ def recover(
     st.agent_id = data.agent_id
     st.uuid_salt = repr(now)
     _rebuild(st, data)
+    checkpoint.mark_saved(st)
     for ex in sorted(st.executors.values(), key=lambda e: e.key):
         if ex.key not in alive:
             _dead(st, ex, now, cleanup)
@@ -120,8 +121,8 @@ def _rebuild(st: AgentState, data: checkpoint.Decoded) -> None:
             builtin=er.builtin,
             state=er.state,
             launched_at=0.0,
-            queued=[QueuedLaunch(task_ids=q.task_ids, group=q.group) for q in er.queued],
-            successor=[QueuedLaunch(task_ids=q.task_ids, group=q.group) for q in er.successor],
+            queued=[QueuedLaunch(q.task_ids, q.group, q.seq) for q in er.queued],
+            successor=[QueuedLaunch(q.task_ids, q.group, q.seq) for q in er.successor],
             shutdown_requested=er.shutdown_requested,
             exit_reason=er.exit_reason,
             exit_message=er.exit_message,

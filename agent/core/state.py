@@ -69,6 +69,8 @@ class QueuedLaunch:
 
     task_ids: tuple[TaskID, ...]
     group: bool
+    #: Arrival order among the agent's launches (names its checkpoint record).
+    seq: int = 0
 
 
 @dataclass(slots=True)
@@ -170,6 +172,10 @@ class AgentState:
     dirty_frameworks: set[FrameworkID] = field(default_factory=set)
     dirty_executors: set[ExecutorKey] = field(default_factory=set)
     dirty_tasks: set[TaskKey] = field(default_factory=set)
+    #: The launch records last checkpointed per executor (waiting launches are records of
+    #: their own, so that a long queue is not rewritten with every task that joins it).
+    saved_launches: dict[ExecutorKey, set[str]] = field(default_factory=dict)
+    launch_seq: int = 0
     #: Mixed into minted uuids so that an agent recovered from a checkpoint never repeats one.
     uuid_salt: str = ""
     _serial: int = 0

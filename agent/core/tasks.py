@@ -188,7 +188,8 @@ def _assign(
         st.add_task(
             Task(framework_id=fw.framework_id, info=task, executor_id=info.executor_id, role=role)
         )
-    launch = QueuedLaunch(task_ids=tuple(t.task_id for t in tasks), group=group)
+    st.launch_seq += 1
+    launch = QueuedLaunch(task_ids=tuple(t.task_id for t in tasks), group=group, seq=st.launch_seq)
     if ex.state is ExecutorState.LAUNCHING or ex.state is ExecutorState.RECOVERING:
         ex.queued.append(launch)  # handed over when it (re-)registers
         st.touch(ex)

@@ -585,6 +585,15 @@ def test_checkpoints_rewrite_only_what_changed() -> None:
         )
     w_agent.checkpoint()
     w_agent.from_master(KillTask(framework_id=FID, task_id=TaskID("b")), 1, 3.0)
-    kinds = sorted((r.kind, r.key.split("/")[-1]) for r in w_agent.checkpoint())
-    assert kinds == [("executor", "agora-command"), ("stream", "b"), ("task", "b")]
+    changes = w_agent.checkpoint()
+    kinds = sorted((r.kind, r.key.split("/")[-1]) for r in changes)
+    # b waited in the executor's queue as launch record 2: that record goes.
+    assert kinds == [("executor", "agora-command"), ("launch", "2"), ("stream", "b"), ("task", "b")]
+    assert [type(r) for r in changes if r.kind == "launch"] == [Delete]
     assert w_agent.checkpoint() == []
+    # A task joining a long queue writes its own launch record, not the whole queue again.
+    w_agent.from_master(
+        RunTask(framework_info=FW_INFO, framework_id=FID, task=task_info("d"), role="*"), 1, 4.0
+    )
+    launches = [r for r in w_agent.checkpoint() if r.kind == "launch"]
+    assert [(type(r), r.key.split("/")[-1]) for r in launches] == [(Put, "4")]
