@@ -54,6 +54,7 @@ _sethostname.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
 _sethostname.restype = ctypes.c_int
 _syscall = _libc.syscall
 _syscall.restype = ctypes.c_long
+PR_SET_PDEATHSIG: Final = 1
 _prctl = _libc.prctl
 _prctl.restype = ctypes.c_int
 # libc's fork without Python's at-fork work, and without releasing the GIL (PyDLL): for forks in
@@ -123,6 +124,11 @@ def sethostname(name: str) -> None:
 def set_child_subreaper(enable: bool) -> bool:
     flag = ctypes.c_ulong(1 if enable else 0)
     return int(_prctl(ctypes.c_int(PR_SET_CHILD_SUBREAPER), flag)) == 0
+
+
+def die_with_parent() -> bool:
+    """SIGKILL this process when its parent dies (PR_SET_PDEATHSIG)."""
+    return int(_prctl(ctypes.c_int(PR_SET_PDEATHSIG), ctypes.c_ulong(9))) == 0
 
 
 def is_child_subreaper() -> bool:

@@ -19,6 +19,7 @@ from typing import Final
 
 import structlog
 from agora.agent.containers.cgroups import Cgroup, CgroupError, Cgroups, Limits, Usage
+from agora.agent.containers.forkserver import ForkServer
 from agora.agent.containers.images import ImageStore
 from agora.agent.containers.isolation import ContainerConfig
 from agora.agent.containers.launch import Bind, ContainerSpec, LaunchError, spawn
@@ -39,6 +40,9 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 _MIB: Final = 1024 * 1024
+#: The smallest memory limit a container gets (Mesos: 32 MiB): below it, starting the
+#: container's processes alone would run into the limit.
+MIN_MEMORY_MIB: Final = 32.0
 _HOSTNAME_MAX: Final = 63
 _NAME_CHARS: Final = re.compile(r"[^A-Za-z0-9_.-]")
 #: Where a task's sandbox appears inside an image's root filesystem.
@@ -73,7 +77,9 @@ def limits_of(resources: Resources, config: ContainerConfig) -> Limits:
     return Limits(
         cpus=cpus if "cpu" in controllers and cpus > 0 else None,
         cfs_quota=config.cfs_quota and "cpu" in controllers and cpus > 0,
-        mem_bytes=int(mem * _MIB) if "memory" in controllers and mem > 0 else None,
+        mem_bytes=int(max(mem, MIN_MEMORY_MIB) * _MIB)
+        if "memory" in controllers and mem > 0
+        else None,
         pids_max=config.pids_max if "pids" in controllers else None,
     )
 
@@ -133,19 +139,24 @@ class Containerizer:
         config: ContainerConfig,
         cgroups: Cgroups | None = None,
         images: ImageStore | None = None,
+        forkserver: ForkServer | None = None,
     ) -> None:
         self.config = config
         self._cgroups = cgroups if config.cgroup_controllers else None
         self._images = images
+        self._forkserver = forkserver
 
     @classmethod
-    def from_config(cls, config: ContainerConfig) -> Containerizer:
-        """Detect the cgroup hierarchy and open the image store the config names."""
+    def from_config(
+        cls, config: ContainerConfig, forkserver: ForkServer | None = None
+    ) -> Containerizer:
+        """Detect the cgroup hierarchy and open the image store the config names. With a
+        ``forkserver``, pid-namespace containers are forked by it (see forkserver.py)."""
         cgroups = Cgroups.detect(config.cgroups_root) if config.cgroup_controllers else None
         if config.cgroup_controllers and cgroups is None:
             log.warning("cgroups_unavailable", isolators=sorted(config.isolators))
         images = ImageStore(config.image_store) if config.image_store else None
-        return cls(config, cgroups, images)
+        return cls(config, cgroups, images, forkserver)
 
     @property
     def cgroups(self) -> Cgroups | None:
@@ -246,7 +257,8 @@ class Containerizer:
             network_of=join_network,
         )
         try:
-            pid = spawn(spec)
+            forkserver = self._forkserver
+            pid = forkserver.spawn(spec) if forkserver is not None else spawn(spec)
         except BaseException:
             if cgroup is not None:
                 Container(name, 0, cgroup, sandbox).destroy()

@@ -32,7 +32,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final, NoReturn
 
-import structlog
 from agora.agent.containers import _mounts
 from agora.agent.containers._init import (
     block_init_signals,
@@ -41,8 +40,6 @@ from agora.agent.containers._init import (
     run_init,
     spawn_task,
 )
-
-log = structlog.get_logger(__name__)
 
 NAMESPACES: Final = frozenset({"pid", "mount", "uts", "ipc", "net"})
 _CLONE_FLAGS: Final = {
@@ -171,9 +168,12 @@ class _Plan:
     volumes: tuple[tuple[str, str, bool], ...]
     #: An open descriptor of the network namespace to join (-1: none); closed after the fork.
     netns: int = -1
+    #: The command's process is forked off the first child, which exits at once: it is adopted
+    #: by a subreaper further up (the fork server's parent), as a pid namespace's init is.
+    detach: bool = False
 
 
-def _plan(spec: ContainerSpec) -> _Plan:
+def _plan(spec: ContainerSpec, adopted_above: bool = False) -> _Plan:
     if not os.path.isdir(spec.sandbox):
         raise LaunchError(f"sandbox {spec.sandbox} is not a directory")
     if spec.rootfs is not None and not os.path.isdir(spec.rootfs):
@@ -183,7 +183,7 @@ def _plan(spec: ContainerSpec) -> _Plan:
             os.fstat(getattr(spec, name))
         except OSError as exc:
             raise LaunchError(f"{name} fd {getattr(spec, name)}: {exc.strerror}") from None
-    if "pid" in spec.namespaces and not _mounts.is_child_subreaper():
+    if "pid" in spec.namespaces and not adopted_above and not _mounts.is_child_subreaper():
         raise LaunchError("a pid namespace needs the launcher to be a child subreaper")
     gid = spec.gid
     if spec.uid is not None and gid is None:
@@ -210,16 +210,19 @@ def _plan(spec: ContainerSpec) -> _Plan:
             netns = os.open(spec.network_of, os.O_RDONLY | os.O_CLOEXEC)
         except OSError as exc:
             raise LaunchError(f"network namespace {spec.network_of}: {exc.strerror}") from None
-    return _Plan(flags=flags, gid=gid, volumes=tuple(volumes), netns=netns)
+    return _Plan(flags=flags, gid=gid, volumes=tuple(volumes), netns=netns, detach=adopted_above)
 
 
-def spawn(spec: ContainerSpec) -> int:
+def spawn(spec: ContainerSpec, *, adopted_above: bool = False) -> int:
     """Start the container; return the pid to watch once the command was exec'd.
+
+    ``adopted_above``: with a pid namespace, the init is adopted by a subreaper further up than
+    the caller (the fork server's parent, the executor), so the caller need not be one.
 
     Its exit status is the task's: the command's exit code, or 128+N when the command was killed
     by signal N inside a pid namespace. Raises ``LaunchError`` with the child's error text.
     """
-    plan = _plan(spec)
+    plan = _plan(spec, adopted_above)
     try:
         read_end, write_end = os.pipe()  # both O_CLOEXEC
         try:
@@ -244,8 +247,8 @@ def spawn(spec: ContainerSpec) -> int:
     records = [r for r in report.split(b"\0") if r]
     errors = [r[1:].decode(errors="replace") for r in records if r[:1] == b"E"]
     for warning in (r[1:].decode(errors="replace") for r in records if r[:1] == b"W"):
-        log.warning("container_launch_warning", warning=warning, argv0=spec.argv[0])
-    if "pid" not in spec.namespaces:
+        _warn(warning, spec.argv[0])
+    if "pid" not in spec.namespaces and not plan.detach:
         if errors:
             _reap(first)
             raise LaunchError(errors[0])
@@ -260,6 +263,13 @@ def spawn(spec: ContainerSpec) -> int:
         _reap(inits[0])
         raise LaunchError(errors[0])
     return inits[0]
+
+
+def _warn(warning: str, argv0: str) -> None:
+    # structlog costs the fork server 15 MB of memory to import, and every fork copies it.
+    import structlog
+
+    structlog.get_logger(__name__).warning("container_launch_warning", warning=warning, argv0=argv0)
 
 
 def _read_all(fd: int) -> bytes:
@@ -305,6 +315,13 @@ def _child(spec: ContainerSpec, plan: _Plan, report: int) -> None:
         if "pid" not in spec.namespaces:
             if plan.flags:
                 _mounts.unshare(plan.flags)
+            if plan.detach:
+                step.name = "fork the command's process"
+                command = _mounts.fork_single_threaded()
+                if command != 0:
+                    os.write(report, b"P%d\0" % command)
+                    os._exit(0)
+                os.setsid()
             cwd = _setup(spec, plan, report, step)
             _exec(spec, plan, step, cwd)
         block_init_signals()

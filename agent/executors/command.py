@@ -315,6 +315,7 @@ class CommandExecutor(Executor):
             )
         except Exception as exc:  # OSError, the launcher's error: the task fails, we go on
             log.warning("task_launch_failed", task_id=task.task_id, error=str(exc))
+            processes.reap_strays()
             return f"Failed to launch the command: {exc}"
         entry.started = True
         grace = task.kill_grace_period

@@ -19,6 +19,7 @@ from agora.agent.containers.containerizer import (
     container_name,
     host_name_for,
 )
+from agora.agent.containers.forkserver import ForkServer
 from agora.agent.containers.isolation import ContainerConfig
 from agora.agent.containers.launch import become_subreaper
 from agora.agent.executors.tasks import RunAs, Starter
@@ -33,11 +34,14 @@ log = structlog.get_logger(__name__)
 class TaskContainers:
     def __init__(self, framework_id: FrameworkID, config: ContainerConfig) -> None:
         self._framework_id = framework_id
-        self._containerizer = Containerizer.from_config(config)
-        self._live: dict[TaskID, Container] = {}
-        if "pid" in config.namespaces:
-            # The launcher's init processes are re-parented to us: we reap them.
+        self._forkserver: ForkServer | None = None
+        if config.isolated:
+            # A small fork server forks the containers (forking this much larger process costs
+            # far more); their first processes are re-parented to us, and we reap them.
             become_subreaper()
+            self._forkserver = ForkServer()
+        self._containerizer = Containerizer.from_config(config, self._forkserver)
+        self._live: dict[TaskID, Container] = {}
 
     @classmethod
     def from_environ(
@@ -116,3 +120,5 @@ class TaskContainers:
         """Destroy every container left (the executor is exiting)."""
         for task_id in list(self._live):
             self.finish(task_id)
+        if self._forkserver is not None:
+            self._forkserver.close()

@@ -324,6 +324,23 @@ class TaskProcesses:
 
     # ------------------------------------------------------------------ exits and output
 
+    def reap_strays(self) -> int:
+        """Reap exited children that are not task processes: container inits whose launch
+        failed after they were re-parented to us (we are a child subreaper then). Returns how
+        many; statuses of our own tasks' processes are left for their watchers."""
+        known = {p.pid for p in self._live.values() if not p.reaped}
+        reaped = 0
+        while True:
+            try:
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return reaped
+            if info is None or info.si_pid == 0 or info.si_pid in known:
+                return reaped
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(info.si_pid, 0)
+                reaped += 1
+
     def _exited(self, process: TaskProcess) -> None:
         self._loop.remove_reader(process.pidfd)
         os.close(process.pidfd)
