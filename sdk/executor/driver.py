@@ -396,6 +396,10 @@ class ExecutorDriver:
                 return
             self._dispatch(received)
             while (received_now := client.recv_nowait()) is not None:
+                if self._outbox:
+                    # Let what the last message produced (a TASK_RUNNING) go out before the
+                    # next one is handled: a burst of launches must not hold every update back.
+                    await asyncio.sleep(0)
                 self._dispatch(received_now)
 
     def _dispatch(self, received: Received) -> None:
