@@ -32,12 +32,16 @@ __all__ = ["ForkServer", "main"]
 
 _MAX_REQUEST: Final = 4 * 1024 * 1024
 _SOCKET_FD: Final = 3
+#: How long one launch may take the server (setting up namespaces, mounts, the command's exec)
+#: before it is declared stuck: killed, and started afresh on the next launch.
+LAUNCH_TIMEOUT: Final = 30.0
 
 
 class ForkServer:
     """The executor's side: start the server lazily, send it specs, get pids back."""
 
-    def __init__(self) -> None:
+    def __init__(self, timeout: float = LAUNCH_TIMEOUT) -> None:
+        self._timeout = timeout
         self._sock: socket.socket | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
@@ -62,6 +66,7 @@ class ForkServer:
             raise
         finally:
             theirs.close()
+        ours.settimeout(self._timeout)
         self._sock = ours
         return ours
 
@@ -73,8 +78,13 @@ class ForkServer:
             try:
                 socket.send_fds(sock, [request], [spec.stdin, spec.stdout, spec.stderr])
                 reply = sock.recv(65536)
+            except TimeoutError:
+                self.close(kill=True)
+                raise LaunchError(
+                    f"the container launch took over {self._timeout:g} s (fork server killed)"
+                ) from None
             except OSError as exc:
-                self.close()
+                self.close(kill=True)
                 raise LaunchError(f"the container fork server failed: {exc}") from None
         if not reply:
             self.close()
@@ -84,11 +94,14 @@ class ForkServer:
             return int(text)
         raise LaunchError(text.decode(errors="replace"))
 
-    def close(self) -> None:
+    def close(self, *, kill: bool = False) -> None:
+        """Stop the server (it exits when its socket closes; ``kill``: SIGKILL it at once)."""
         if self._sock is not None:
             self._sock.close()
             self._sock = None
         if self._proc is not None:
+            if kill:
+                self._proc.kill()
             try:
                 self._proc.wait(timeout=2)
             except subprocess.TimeoutExpired:

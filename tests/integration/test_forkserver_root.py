@@ -103,3 +103,25 @@ def test_the_server_is_started_once_and_gone_after_close(tmp_path: Path) -> None
 
 def _fields(spec: ContainerSpec) -> dict[str, object]:
     return {name: getattr(spec, name) for name in ContainerSpec.__dataclass_fields__}
+
+
+def test_a_stuck_launch_times_out_and_the_next_gets_a_fresh_server(tmp_path: Path) -> None:
+    assert become_subreaper()
+    server = ForkServer(timeout=0.001)  # the server cannot even start in time
+    try:
+        spec, _ = _spec(tmp_path, "true")
+        try:
+            with pytest.raises(LaunchError, match="fork server killed"):
+                server.spawn(spec)
+            assert server.pid is None
+            patient = ForkServer()
+            try:
+                assert _wait(patient.spawn(spec)) == 0
+            finally:
+                patient.close()
+        finally:
+            for fd in (spec.stdin, spec.stdout):
+                os.close(fd)
+    finally:
+        server.close()
+        become_subreaper(enable=False)
