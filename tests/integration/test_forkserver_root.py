@@ -105,7 +105,7 @@ def _fields(spec: ContainerSpec) -> dict[str, object]:
     return {name: getattr(spec, name) for name in ContainerSpec.__dataclass_fields__}
 
 
-def test_a_stuck_launch_times_out_and_the_next_gets_a_fresh_server(tmp_path: Path) -> None:
+def test_a_launch_over_the_deadline_fails_and_kills_the_server(tmp_path: Path) -> None:
     assert become_subreaper()
     server = ForkServer(timeout=0.001)  # the server cannot even start in time
     try:
