@@ -35,7 +35,13 @@ from typing import IO, Final
 import structlog
 from agora.sdk.messages.container import URI
 
-__all__ = ["FetchError", "Fetcher", "archive_kind", "unsafe_tar_member"]
+__all__ = [
+    "FetchError",
+    "Fetcher",
+    "archive_kind",
+    "local_source_problem",
+    "unsafe_tar_member",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -224,12 +230,44 @@ class Fetcher:
 # -- helpers ------------------------------------------------------------------------------
 
 
+def local_source_problem(uri: URI, uid: int, gid: int, groups: tuple[int, ...]) -> str | None:
+    """Why the user ``uid`` could not read the local file ``uri`` names (None: it could, or the
+    URI is not local). The fetcher runs as the agent: it must not hand a task what its own user
+    may not read (``/etc/shadow``)."""
+    try:
+        source = _parse(uri)
+    except FetchError:
+        return None  # reported by the fetch itself
+    if not source.startswith("/"):
+        return None
+    path = os.path.realpath(source)
+    parts = path.split("/")
+    dirs = ["/" + "/".join(parts[1:i]) for i in range(1, len(parts))]
+    for directory, need in [*((d, 0o1) for d in dirs), (path, 0o4)]:
+        try:
+            st = os.stat(directory)
+        except OSError:
+            return None  # the fetch reports it
+        if st.st_uid == uid:
+            bits = (st.st_mode >> 6) & 0o7
+        elif st.st_gid == gid or st.st_gid in groups:
+            bits = (st.st_mode >> 3) & 0o7
+        else:
+            bits = st.st_mode & 0o7
+        if not bits & need:
+            return f"cannot fetch {uri.value!r}: the task's user may not read it"
+    return None
+
+
 def _parse(uri: URI) -> str:
     """The local path or http(s) URL to read ``uri`` from."""
     value = uri.value
     if value.startswith("/"):
         return value
-    parsed = urllib.parse.urlsplit(value)
+    try:
+        parsed = urllib.parse.urlsplit(value)
+    except ValueError as exc:
+        raise FetchError(f"cannot fetch {value!r}: {exc}") from None
     scheme = parsed.scheme.lower()
     if scheme in ("http", "https"):
         if not parsed.hostname:

@@ -32,11 +32,12 @@ import asyncio
 import os
 import pwd
 import signal
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
 import structlog
-from agora.agent.containers.fetcher import Fetcher, FetchError
+from agora.agent.containers.fetcher import Fetcher, FetchError, local_source_problem
 from agora.agent.executors.containment import TaskContainers
 from agora.agent.executors.health import HealthChecker, health_check_problem
 from agora.agent.executors.tasks import RunAs, TaskProcess, TaskProcesses
@@ -50,10 +51,12 @@ from agora.sdk.executor import (
 )
 from agora.sdk.ids import TaskID
 from agora.sdk.messages import (
+    URI,
     AgentInfo,
     ExecutorInfo,
     FrameworkCapability,
     FrameworkInfo,
+    HealthCheckKind,
     Reason,
     StatusSource,
     TaskGroupInfo,
@@ -220,6 +223,16 @@ class CommandExecutor(Executor):
             problem = self._containers.problem(task)
         if problem is None and task.health_check is not None:
             problem = health_check_problem(task.health_check)
+            isolated = task.container is not None and task.container.network_isolation
+            if (
+                problem is None
+                and isolated
+                and task.health_check.kind is not HealthCheckKind.COMMAND
+            ):
+                problem = (
+                    "HTTP and TCP health checks cannot reach a network-isolated task yet: "
+                    "use a COMMAND check (it runs inside the task's container)"
+                )
         entry.run_as = run_as
         return problem
 
@@ -239,20 +252,37 @@ class CommandExecutor(Executor):
             command = entry.info.command
             if command is None or not command.uris:
                 continue
-            sandbox = processes.sandbox_of(entry.info.task_id)
-            os.makedirs(sandbox, exist_ok=True)
-            if entry.run_as is not None:
-                os.chown(sandbox, entry.run_as.uid, entry.run_as.gid)
             try:
-                await fetcher.fetch_all(command.uris, sandbox)
-            except FetchError as exc:
+                await self._fetch(processes, fetcher, entry, command.uris)
+            except Exception as exc:  # FetchError, an unreadable source, a sandbox problem
                 for other in entries:
                     other.preparing = None
-                self._fail_before_start(entries, entry, str(exc), Reason.FETCHER_FAILED)
+                message = str(exc) if isinstance(exc, FetchError) else f"Fetch failed: {exc}"
+                self._fail_before_start(entries, entry, message, Reason.FETCHER_FAILED)
                 return
         for entry in entries:
             entry.preparing = None
         self._start(entries)
+
+    @staticmethod
+    async def _fetch(
+        processes: TaskProcesses, fetcher: Fetcher, entry: _Task, uris: Sequence[URI]
+    ) -> None:
+        run_as = entry.run_as
+        if run_as is not None:
+            for uri in uris:
+                problem = local_source_problem(uri, run_as.uid, run_as.gid, run_as.groups)
+                if problem is not None:
+                    raise FetchError(problem)
+        sandbox = processes.sandbox_of(entry.info.task_id)
+        os.makedirs(sandbox, exist_ok=True)
+        if run_as is not None:
+            os.chown(sandbox, run_as.uid, run_as.gid)
+        await fetcher.fetch_all(uris, sandbox)
+        if run_as is not None:
+            for root, dirs, files in os.walk(sandbox):
+                for name in dirs + files:
+                    os.lchown(os.path.join(root, name), run_as.uid, run_as.gid)
 
     def _cancel_preparation(self, entry: _Task) -> None:
         job = entry.preparing
@@ -399,12 +429,17 @@ class CommandExecutor(Executor):
             log.info("task_unhealthy", task_id=task_id, why=why)
             processes.kill(task_id, self._kill_grace.get(task_id, DEFAULT_KILL_GRACE_PERIOD))
 
+        # The check runs as the task does: in its container, as its user.
+        prefix = self._containers.enter_prefix(entry.info, entry.run_as) if self._containers else ()
+        run_as = entry.run_as
         entry.health = HealthChecker(
             check,
             sandbox=processes.sandbox_of(task_id),
             env=env,
             on_change=changed,
             on_unhealthy=unhealthy,
+            command_prefix=prefix,
+            user=(run_as.uid, run_as.gid, run_as.groups) if run_as is not None else None,
         )
         entry.health.start()
 

@@ -104,6 +104,18 @@ class TaskContainers:
         container = self._live.get(task_id)
         return f"/proc/{container.pid}/ns/net" if container is not None else None
 
+    def enter_prefix(self, task: TaskInfo, run_as: RunAs | None) -> tuple[str, ...]:
+        """The ``nsenter`` words that run a command inside the running task's container (its
+        namespaces, as its user, in its sandbox); () when it has no container."""
+        container = self._live.get(task.task_id)
+        if container is None or not (self.config.namespaces or task.container is not None):
+            return ()
+        words = ["nsenter", f"--target={container.pid}", "--mount", "--uts", "--ipc", "--net"]
+        words += ["--pid", f"--wdns={container.sandbox_path}"]
+        if run_as is not None:
+            words += [f"--setgid={run_as.gid}", f"--setuid={run_as.uid}"]
+        return (*words, "--")
+
     def finish(self, task_id: TaskID) -> tuple[Reason, str] | None:
         """The task's process has exited: what limit ended it (if any); the container goes."""
         container = self._live.pop(task_id, None)

@@ -19,7 +19,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
 import structlog
@@ -74,11 +74,17 @@ class HealthChecker:
         on_change: Callable[[bool], None],
         on_unhealthy: Callable[[str], None],
         clock: Callable[[], float] = time.monotonic,
+        command_prefix: Sequence[str] = (),
+        user: tuple[int, int, tuple[int, ...]] | None = None,
     ) -> None:
+        """``command_prefix`` wraps a COMMAND check (``nsenter`` into the task's container);
+        ``user`` (uid, gid, groups) runs it as the task's user when there is no prefix."""
         problem = health_check_problem(check)
         if problem is not None:
             raise ValueError(problem)
         self._check = check
+        self._prefix = tuple(command_prefix)
+        self._user = user
         self._sandbox = sandbox
         self._env = dict(env)
         self._on_change = on_change
@@ -196,8 +202,10 @@ class HealthChecker:
 
     async def _probe_command(self) -> tuple[bool, str]:
         assert self._check.command is not None
+        user = self._user if not self._prefix else None
         spawn = asyncio.ensure_future(
             asyncio.create_subprocess_exec(
+                *self._prefix,
                 "/bin/sh",
                 "-c",
                 self._check.command,
@@ -207,6 +215,9 @@ class HealthChecker:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,
+                user=user[0] if user else None,
+                group=user[1] if user else None,
+                extra_groups=list(user[2]) if user else None,
             )
         )
         try:

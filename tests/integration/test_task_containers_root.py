@@ -17,7 +17,15 @@ from agora.agent.containers.cgroups import Cgroups
 from agora.agent.containers.containerizer import container_name
 from agora.agent.containers.images import ImageStore
 from agora.agent.containers.isolation import CONTAINER_CONFIG_ENV, ISOLATORS, ContainerConfig
-from agora.sdk.messages import ContainerInfo, LaunchTaskGroup, Reason, TaskGroupInfo, TaskState
+from agora.sdk.messages import (
+    ContainerInfo,
+    HealthCheck,
+    HealthCheckKind,
+    LaunchTaskGroup,
+    Reason,
+    TaskGroupInfo,
+    TaskState,
+)
 from agora.sdk.resources import Resources
 from support.busybox import MARKER, busybox_rootfs
 from support.executor_kit import (
@@ -215,5 +223,27 @@ def test_a_groups_isolated_tasks_share_one_network(tmp_path: Path, config: Conta
         )
         assert left == right, "the group's tasks are in one network namespace"
         assert left != os.readlink("/proc/self/ns/net"), "and it is not the host's"
+
+    run(with_executor(tmp_path, config, body))
+
+
+def test_a_health_check_runs_inside_the_task_container_as_its_user(
+    tmp_path: Path, config: ContainerConfig
+) -> None:
+    inside = 'test "$(hostname)" = checked && test "$(id -un)" = nobody'
+    check = HealthCheck(
+        kind=HealthCheckKind.COMMAND,
+        command=inside,
+        delay=0.0,
+        interval=0.2,
+        timeout=5.0,
+        grace_period=0.0,
+    )
+
+    async def body(agent: FakeAgent, _: ExecutorProcess) -> None:
+        await agent.send_launch(task("checked", "sleep 60", user="nobody", health_check=check))
+        await agent.wait_for(
+            lambda: any(s.healthy is True for s in agent.statuses("checked")), timeout=20
+        )
 
     run(with_executor(tmp_path, config, body))

@@ -5,11 +5,13 @@ that exits once its group is over. A real executor process, driven by a fake age
 from __future__ import annotations
 
 import asyncio
+import os
 import tarfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from agora.sdk.messages import (
     URI,
     HealthCheck,
@@ -184,5 +186,33 @@ def test_a_failed_fetch_fails_the_task_naming_the_uri(tmp_path: Path) -> None:
         assert status.reason is Reason.FETCHER_FAILED
         assert "no-such-file.tgz" in status.message
         assert agent.states("nofetch") == [TaskState.FAILED]
+
+    run(with_executor(tmp_path, body))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: tasks run as another user")
+def test_a_task_cannot_fetch_what_its_user_may_not_read(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("root only\n")
+    secret.chmod(0o600)
+
+    async def body(agent: FakeAgent, executor: ExecutorProcess) -> None:
+        uris = (URI(value=str(secret)),)
+        await agent.send_launch(task("snoop", "cat secret", user="nobody", uris=uris))
+        status = await agent.wait_terminal("snoop")
+        assert status.state is TaskState.FAILED
+        assert status.reason is Reason.FETCHER_FAILED
+        assert "may not read it" in status.message
+        assert not (executor.task_dir("snoop") / "secret").exists()
+
+    run(with_executor(tmp_path, body))
+
+
+def test_a_malformed_uri_fails_the_task_instead_of_hanging_it(tmp_path: Path) -> None:
+    async def body(agent: FakeAgent, _: ExecutorProcess) -> None:
+        await agent.send_launch(task("bad-uri", "true", uris=(URI(value="http://[::1"),)))
+        status = await agent.wait_terminal("bad-uri")
+        assert status.state is TaskState.FAILED
+        assert status.reason is Reason.FETCHER_FAILED
 
     run(with_executor(tmp_path, body))
