@@ -136,6 +136,14 @@ class AgentContainment:
 
         return start
 
+    def adopt_executor(self, fid: FrameworkID, eid: ExecutorID, pid: int, sandbox: str) -> None:
+        """A custom executor an earlier agent started in a container (found alive at start):
+        its container is ours again, to grow and to destroy."""
+        cgroups = self.cgroups
+        name = container_name(fid, "executor", eid)
+        if cgroups is not None and cgroups.open(name) is not None:
+            self._executors[(fid, eid)] = self._containerizer.recover(name, pid, sandbox)
+
     def executor_resources(self, fid: FrameworkID, eid: ExecutorID) -> Resources:
         """An executor's own resources plus those of its tasks that are not over."""
         state = self._core().state

@@ -313,14 +313,16 @@ class AgentDaemon:
             return True
         assert self._processes is not None
         cleanup = self._settings.recover == "cleanup"
-        alive = find_alive(self._work_dir, Checkpointer.executors(records))
-        for (fid, eid), pid in alive.items():
-            sandbox = resolve_sandbox(self._work_dir, f"frameworks/{fid}/executors/{eid}")
-            if self._processes.adopt(fid, eid, pid, sandbox) is None:
-                del alive[(fid, eid)]
         try:
+            alive = find_alive(self._work_dir, Checkpointer.executors(records))
+            for (fid, eid), pid in list(alive.items()):
+                sandbox = resolve_sandbox(self._work_dir, f"frameworks/{fid}/executors/{eid}")
+                if self._processes.adopt(fid, eid, pid, sandbox) is None:
+                    del alive[(fid, eid)]
+                else:
+                    self._containment.adopt_executor(fid, eid, pid, sandbox)
             actions = self._core.recover(records, time.time(), alive=set(alive), cleanup=cleanup)
-        except ValueError as exc:
+        except (ValueError, LaunchError) as exc:
             log.error(
                 "checkpoint_unreadable",
                 error=str(exc),
@@ -337,15 +339,15 @@ class AgentDaemon:
         self._pending.extend(actions)
         self._checkpoint.save(self._core.checkpoint())
         self._flush()
-        if not cleanup:
-            state = self._core.state
-            live = [
-                container_name(task.framework_id, task.info.task_id)
-                for task in state.tasks.values()
-                if (task.framework_id, task.executor_id) in alive
-            ]
-            live += [container_name(fid, "executor", eid) for fid, eid in alive]
-            self._containment.keep_only(live)
+        # Containers of executors that died meanwhile go now; those of live ones (killed, in
+        # cleanup mode) when their executor's exit is seen.
+        live = [
+            container_name(task.framework_id, task.info.task_id)
+            for task in self._core.state.tasks.values()
+            if (task.framework_id, task.executor_id) in alive
+        ]
+        live += [container_name(fid, "executor", eid) for fid, eid in alive]
+        self._containment.keep_only(live)
         return True
 
     def _signalled(self, sig: signal.Signals) -> None:
@@ -526,7 +528,8 @@ class AgentDaemon:
             log.error("checkpoint_commit_failed", error=str(exc))
             self._exit_code = 1
             self.request_stop("cannot write the checkpoint")
-            self._pending = [a for a in self._pending if not isinstance(a, ToExecutor)]
+            # Nothing that rests on the lost changes may happen: no launch, no acknowledgement.
+            self._pending = []
         actions, self._pending = self._pending, []
         if actions:
             self._perform(actions)

@@ -11,7 +11,16 @@ from pathlib import Path
 import pytest
 from agora.agent.containers.containerizer import container_name
 from agora.sdk.ids import ExecutorID, TaskID
-from agora.sdk.messages import CommandInfo, ExecutorInfo, Reason, RunTask, TaskInfo, TaskState
+from agora.sdk.messages import (
+    CommandInfo,
+    ExecutorInfo,
+    Reason,
+    ReregisterAgent,
+    RunTask,
+    ShutdownExecutor,
+    TaskInfo,
+    TaskState,
+)
 from agora.sdk.resources import Resources
 from support.agent_daemon_kit import (
     AGENT_ID,
@@ -74,6 +83,10 @@ def test_a_custom_executor_runs_in_its_own_container(tmp_path: Path) -> None:
     run(main())
 
 
+def _cgroup_dirs(name: str) -> list[Path]:
+    return [p for p in Path("/sys/fs/cgroup").glob(f"**/{name}") if p.is_dir()]
+
+
 def test_a_restarted_agent_adopts_a_contained_executor(tmp_path: Path) -> None:
     script = "echo $$ > inner.pid; exec sleep 1000"
 
@@ -84,9 +97,19 @@ def test_a_restarted_agent_adopts_a_contained_executor(tmp_path: Path) -> None:
             await read_pid(agent.sandbox("boxed") / "inner.pid")
             agent.proc.send_signal(signal.SIGTERM)
             await eventually(lambda: agent.proc.poll() is not None, "the agent to exit")
+            name = container_name(FID, "executor", "boxed")
             with agent_process(tmp_path, master.endpoint, "--isolation", ISOLATION) as again:
+                rereg = await master.expect(ReregisterAgent)  # (the fake master learns its peer)
+                assert rereg.agent_id == AGENT_ID
                 await eventually(lambda: "executor_adopted" in again.log(), "the adoption")
                 assert '"executors_alive": 1' in again.log()
+                mine = _cgroup_dirs(name)
+                assert mine, "the executor's container is still there"
+                # Ours again: when the executor goes, its container goes with it.
+                await master.send(
+                    ShutdownExecutor(framework_id=FID, executor_id=ExecutorID("boxed"))
+                )
+                await eventually(lambda: not any(p.exists() for p in mine), "the container to go")
 
     run(main())
 
