@@ -345,7 +345,7 @@ class CommandExecutor(Executor):
             )
         except Exception as exc:  # OSError, the launcher's error: the task fails, we go on
             log.warning("task_launch_failed", task_id=task.task_id, error=str(exc))
-            processes.reap_strays()
+            self._reap_strays()
             return f"Failed to launch the command: {exc}"
         entry.started = True
         grace = task.kill_grace_period
@@ -522,6 +522,7 @@ class CommandExecutor(Executor):
         self._kill_grace.pop(task_id, None)
         entry = self._tasks.get(task_id)
         limitation = self._containers.finish(task_id) if self._containers is not None else None
+        self._reap_strays()
         reason: Reason | None = None
         message = exit_message(code)
         if limitation is not None:
@@ -547,6 +548,13 @@ class CommandExecutor(Executor):
         if group is not None and failed and not group.failed:
             group.failed = True
             self._kill_group(group, entry)
+
+    def _reap_strays(self) -> None:
+        """Reap what was re-parented to us and has exited (not the health checks' probes)."""
+        if self._processes is None or self._containers is None:
+            return
+        probes = {pid for e in self._tasks.values() if e.health for pid in e.health.pids}
+        self._processes.reap_strays(probes)
 
     def _kill_group(self, group: _Group, culprit: _Task) -> None:
         processes = self._processes_of(None)

@@ -99,6 +99,11 @@ class HealthChecker:
         self._stopped = False
 
     @property
+    def pids(self) -> frozenset[int]:
+        """The probe processes running now (the executor must not reap them)."""
+        return frozenset(proc.pid for proc in self._procs)
+
+    @property
     def healthy(self) -> bool | None:
         """The last counted result; None before the first."""
         return self._healthy

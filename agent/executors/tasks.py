@@ -17,7 +17,7 @@ import contextlib
 import os
 import signal
 import subprocess
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -324,11 +324,12 @@ class TaskProcesses:
 
     # ------------------------------------------------------------------ exits and output
 
-    def reap_strays(self) -> int:
-        """Reap exited children that are not task processes: container inits whose launch
-        failed after they were re-parented to us (we are a child subreaper then). Returns how
-        many; statuses of our own tasks' processes are left for their watchers."""
-        known = {p.pid for p in self._live.values() if not p.reaped}
+    def reap_strays(self, keep: Iterable[int] = ()) -> int:
+        """Reap exited children that are not task processes (nor in ``keep``: children others
+        wait for): container processes whose launch failed after they were re-parented to us,
+        and a task's orphans (we are a child subreaper when tasks run in containers). Returns
+        how many; the statuses of our own tasks' processes are left for their watchers."""
+        known = {p.pid for p in self._live.values() if not p.reaped} | set(keep)
         reaped = 0
         while True:
             try:

@@ -38,6 +38,7 @@ from agora.agent.containers.containerizer import (
     Containerizer,
     container_name,
 )
+from agora.agent.containers.forkserver import ForkServer
 from agora.agent.containers.gpus import GpuAllocator
 from agora.agent.containers.images import ImageStore
 from agora.agent.containers.isolation import CONTAINER_CONFIG_ENV, ContainerConfig
@@ -145,6 +146,7 @@ class AgentDaemon:
         self._drop_env = option_env_names()
         self._containers = ContainerConfig()
         self._containment = AgentContainment(Containerizer(self._containers), lambda: self._core)
+        self._forkserver: ForkServer | None = None
         self.bad_frames = 0
 
     @property
@@ -192,8 +194,13 @@ class AgentDaemon:
             gpus = GpuAssignments(
                 GpuAllocator(self._settings.gpus), os.path.join(self._work_dir, "gpus.json")
             )
+        # Custom executors' containers are forked by a small fork server (with a deadline on
+        # each launch) and adopted by the agent, a subreaper, which reaps them.
+        self._forkserver = ForkServer() if self._containers.isolated else None
         self._containment = AgentContainment(
-            Containerizer(self._containers, cgroups, images), lambda: self._core, gpus
+            Containerizer(self._containers, cgroups, images, self._forkserver),
+            lambda: self._core,
+            gpus,
         )
         self._processes = ExecutorProcesses(
             loop, self._work_dir, self._executor_exited, switch_user=self._settings.switch_user
@@ -288,6 +295,8 @@ class AgentDaemon:
                 except Exception:
                     log.exception("http_shutdown_failed")
             self._checkpoint.close()
+            if self._forkserver is not None:
+                self._forkserver.close()
         log.info("agent_stopped", reason=self._stop_reason, status=self._exit_code)
         return self._exit_code
 
