@@ -29,6 +29,9 @@ class CgroupError(Exception):
         self.errno = errno
 
 
+_DEVICE_RULE = re.compile(r"[abc] (\*|\d{1,10}):(\*|\d{1,10}) [rwm]{1,3}")
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     """What a container may use. ``None`` means unlimited."""
@@ -37,6 +40,8 @@ class Limits:
     cfs_quota: bool = False  # also a hard CFS quota of ``cpus`` per period
     mem_bytes: int | None = None  # hard limit, swap excluded
     pids_max: int | None = None
+    #: Device rules to deny (v1 devices controller, where mounted): "c 195:1 rwm".
+    deny_devices: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.cpus is not None and not self.cpus > 0:
@@ -47,6 +52,9 @@ class Limits:
             raise ValueError(f"mem_bytes must be > 0, not {self.mem_bytes}")
         if self.pids_max is not None and self.pids_max <= 0:
             raise ValueError(f"pids_max must be > 0, not {self.pids_max}")
+        for rule in self.deny_devices:
+            if not _DEVICE_RULE.fullmatch(rule):
+                raise ValueError(f"bad device rule {rule!r}: want e.g. 'c 195:1 rwm'")
 
     def cpu_shares(self) -> int:
         return max(2, round((self.cpus or 1.0) * 1024))

@@ -22,7 +22,7 @@ from agora.agent.containers._cgroup_base import (
 
 log = structlog.get_logger(__name__)
 
-CONTROLLERS = ("cpu", "cpuacct", "memory", "pids", "freezer")
+CONTROLLERS = ("cpu", "cpuacct", "memory", "pids", "freezer", "devices")
 _UNLIMITED = 1 << 62  # limit_in_bytes reads back PAGE_COUNTER_MAX * page size when unset
 
 
@@ -68,6 +68,10 @@ class V1Cgroup(Cgroup):
         pids = self._dirs.get("pids")
         if pids is not None and (limits.pids_max is not None or not fresh):
             write(self._fs, os.path.join(pids, "pids.max"), str(limits.pids_max or "max"))
+        devices = self._dirs.get("devices")
+        if devices is not None and fresh:
+            for rule in limits.deny_devices:
+                write(self._fs, os.path.join(devices, "devices.deny"), rule)
 
     def _set_memory(self, memory: str, mem_bytes: int | None, *, fresh: bool) -> None:
         # The kernel keeps limit_in_bytes <= memsw.limit_in_bytes at every step: shrink the

@@ -72,6 +72,7 @@ class Cgroups:
         proc: str = "/proc",
         sysfs: str = "/sys/fs/cgroup",
         fs: CgroupFs | None = None,
+        devices: bool = False,
     ) -> Cgroups | None:
         """Find this process's cgroups, make ``root`` under them, and return the usable set;
         None when nothing is usable. Never raises for an unsupported or read-only system."""
@@ -88,7 +89,7 @@ class Cgroups:
         sysfs = os.path.normpath(sysfs)
         unified = any(mp == sysfs and kind == "cgroup2" for mp, kind, _ in mounts)
         if not unified:
-            found = cls._detect_v1(mounts, own, parts, fs)
+            found = cls._detect_v1(mounts, own, parts, fs, devices)
             if found is not None:
                 return found
         v2_mounts = sorted((mp != sysfs, mp) for mp, kind, _ in mounts if kind == "cgroup2")
@@ -99,11 +100,18 @@ class Cgroups:
 
     @classmethod
     def _detect_v1(
-        cls, mounts: list[_Mount], own: dict[str, str], parts: list[str], fs: CgroupFs
+        cls,
+        mounts: list[_Mount],
+        own: dict[str, str],
+        parts: list[str],
+        fs: CgroupFs,
+        devices: bool = False,
     ) -> Cgroups | None:
         bases: dict[str, str] = {}
         made: dict[str, str | None] = {}  # own dir -> root made under it (None: not writable)
         for controller, parent in _cgroup_v1.own_dirs(mounts, own).items():
+            if controller == "devices" and not devices:
+                continue  # only for GPU isolation: one more directory per container otherwise
             if parent not in made:
                 made[parent] = _makedirs(fs, parent, parts)
             base = made[parent]
@@ -111,7 +119,7 @@ class Cgroups:
                 bases[controller] = base
         if not bases:
             return None
-        names = {"cpu", "memory", "pids", "freezer"} & bases.keys()
+        names = {"cpu", "memory", "pids", "freezer", "devices"} & bases.keys()
         found = cls(1, bases, frozenset(names), fs=fs)
         log.info("cgroups", version=1, controllers=sorted(names), roots=found.roots)
         return found

@@ -70,7 +70,24 @@ def host_name_for(name: str) -> str:
     return host.strip("-")[:_HOSTNAME_MAX].strip("-") or "task"
 
 
-def limits_of(resources: Resources, config: ContainerConfig) -> Limits:
+#: The character device major of NVIDIA GPUs (/dev/nvidia<minor>).
+NVIDIA_MAJOR: Final = 195
+
+
+def gpu_deny_rules(config: ContainerConfig, visible: str | None) -> tuple[str, ...]:
+    """Devices-cgroup rules that fence a container off the agent's GPUs it was not given
+    (``visible``: its CUDA_VISIBLE_DEVICES, indices; None: no GPU isolation)."""
+    if "gpu/nvidia" not in config.isolators or not config.gpus or visible is None:
+        return ()
+    mine = {int(i) for i in visible.split(",") if i.strip().isdigit()}
+    return tuple(
+        f"c {NVIDIA_MAJOR}:{minor} rwm" for index, minor in config.gpus if index not in mine
+    )
+
+
+def limits_of(
+    resources: Resources, config: ContainerConfig, visible_gpus: str | None = None
+) -> Limits:
     controllers = config.cgroup_controllers
     cpus = resources.scalar("cpus")
     mem = resources.scalar("mem")
@@ -81,6 +98,7 @@ def limits_of(resources: Resources, config: ContainerConfig) -> Limits:
         if "memory" in controllers and mem > 0
         else None,
         pids_max=config.pids_max if "pids" in controllers else None,
+        deny_devices=gpu_deny_rules(config, visible_gpus),
     )
 
 
@@ -152,7 +170,9 @@ class Containerizer:
     ) -> Containerizer:
         """Detect the cgroup hierarchy and open the image store the config names. With a
         ``forkserver``, pid-namespace containers are forked by it (see forkserver.py)."""
-        cgroups = Cgroups.detect(config.cgroups_root) if config.cgroup_controllers else None
+        cgroups = None
+        if config.cgroup_controllers:
+            cgroups = Cgroups.detect(config.cgroups_root, devices=bool(config.gpus))
         if config.cgroup_controllers and cgroups is None:
             log.warning("cgroups_unavailable", isolators=sorted(config.isolators))
         images = ImageStore(config.image_store) if config.image_store else None
@@ -216,7 +236,8 @@ class Containerizer:
         cgroup: Cgroup | None = None
         if self._cgroups is not None:
             try:
-                cgroup = self._cgroups.create(name, limits_of(resources, self.config))
+                limits = limits_of(resources, self.config, env.get("CUDA_VISIBLE_DEVICES"))
+                cgroup = self._cgroups.create(name, limits)
             except (OSError, CgroupError) as exc:
                 raise LaunchError(f"cannot create the container's cgroup: {exc}") from None
         namespaces = set(self.config.namespaces)

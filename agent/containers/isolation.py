@@ -95,6 +95,8 @@ class ContainerConfig:
     image_store: str | None = None
     fetch_cache: str | None = None
     fetch_cache_max: int = 2 * 1024**3
+    #: The agent's GPUs as (index, device minor), for the devices cgroup (gpu/nvidia).
+    gpus: tuple[tuple[int, int], ...] = ()
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -125,6 +127,7 @@ class ContainerConfig:
                 "image_store": self.image_store,
                 "fetch_cache": self.fetch_cache,
                 "fetch_cache_max": self.fetch_cache_max,
+                "gpus": [list(g) for g in self.gpus],
                 "extra": dict(self.extra),
             },
             separators=(",", ":"),
@@ -147,6 +150,7 @@ class ContainerConfig:
                 image_store=_opt_str(raw.get("image_store")),
                 fetch_cache=_opt_str(raw.get("fetch_cache")),
                 fetch_cache_max=int(raw.get("fetch_cache_max", 2 * 1024**3)),
+                gpus=tuple((int(i), int(m)) for i, m in raw.get("gpus") or ()),
                 extra={str(k): str(v) for k, v in dict(raw.get("extra") or {}).items()},
             )
         except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as exc:

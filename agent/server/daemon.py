@@ -181,9 +181,7 @@ class AgentDaemon:
             log.error("checkpoint_unusable", work_dir=self._work_dir, error=str(exc))
             return 1
         try:
-            self._containers, cgroups = choose_container_config(
-                self._settings, self._work_dir, gpus=bool(self._settings.gpus)
-            )
+            self._containers, cgroups = choose_container_config(self._settings, self._work_dir)
         except IsolationError as exc:
             log.error("isolation_unavailable", error=str(exc))
             self._checkpoint.close()

@@ -82,19 +82,20 @@ def release_cgroups_of(work_dir: str, cgroups_root: str = "agora") -> None:
     root (for tools that clean up after agents: ``agora local``, test clusters). Root only."""
     if os.geteuid() != 0:
         return
-    cgroups = Cgroups.detect(agent_cgroups_root(cgroups_root, work_dir))
+    cgroups = Cgroups.detect(agent_cgroups_root(cgroups_root, work_dir), devices=True)
     if cgroups is not None:
         release_agent_cgroups(cgroups)
 
 
 def choose_container_config(
-    settings: DaemonSettings, work_dir: str, *, gpus: bool = False
+    settings: DaemonSettings, work_dir: str
 ) -> tuple[ContainerConfig, Cgroups | None]:
     """The containerizer settings and the agent's cgroup root (None: no cgroup isolator in use);
     raises IsolationError when ``--isolation`` names an isolator the host lacks."""
     root = agent_cgroups_root(settings.cgroups_root, work_dir)
     is_root = os.geteuid() == 0
-    cgroups = Cgroups.detect(root) if is_root else None
+    gpus = bool(settings.gpus)
+    cgroups = Cgroups.detect(root, devices=gpus) if is_root else None
     controllers = cgroups.controllers if cgroups is not None else frozenset()
     supported = supported_isolators(controllers, root=is_root, gpus=gpus)
     wanted = settings.isolation
@@ -122,5 +123,6 @@ def choose_container_config(
         image_store=settings.image_store or None,
         fetch_cache=settings.fetcher_cache_dir or None,
         fetch_cache_max=settings.fetcher_cache_bytes,
+        gpus=tuple((g.index, g.minor) for g in settings.gpus) if "gpu/nvidia" in chosen else (),
     )
     return config, cgroups if config.cgroup_controllers else None

@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import stat
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -50,7 +52,7 @@ def config(tmp_path: Path) -> Iterator[ContainerConfig]:
     if cgroups is None or not {"cpu", "memory", "pids"} <= cgroups.controllers:
         pytest.skip("needs the cpu, memory and pids cgroup controllers")
     yield ContainerConfig(
-        isolators=frozenset(ISOLATORS) - {"gpu/nvidia"},
+        isolators=frozenset(ISOLATORS),
         cgroups_root=root,
         cfs_quota=True,
         image_store=str(tmp_path / "images"),
@@ -247,3 +249,35 @@ def test_a_health_check_runs_inside_the_task_container_as_its_user(
         )
 
     run(with_executor(tmp_path, config, body))
+
+
+def test_the_devices_cgroup_fences_off_the_gpus_a_task_was_not_given(
+    tmp_path: Path, config: ContainerConfig
+) -> None:
+    # Two stand-in GPUs, device minors 200 and 201 (no driver: opening an allowed node fails
+    # with ENXIO, a denied one with EPERM from the devices cgroup).
+    gpus = replace(config, gpus=((0, 200), (1, 201)))
+    cgroups = Cgroups.detect(gpus.cgroups_root, devices=True)
+    if cgroups is None or "devices" not in cgroups.controllers:
+        pytest.skip("needs the cgroup v1 devices controller")
+    env = {"CUDA_VISIBLE_DEVICES": "0"}  # what the agent gives a task holding GPU 0
+
+    async def body(agent: FakeAgent, executor: ExecutorProcess) -> None:
+        sandbox = executor.task_dir("gpu")
+        sandbox.mkdir(parents=True)
+        for minor in (200, 201):
+            os.mknod(sandbox / f"nvidia{minor}", 0o666 | stat.S_IFCHR, os.makedev(195, minor))
+        script = "cat nvidia200 2>&1; cat nvidia201 2>&1; true"
+        await agent.send_launch(task("gpu", script, environment=env))
+        assert (await agent.wait_terminal("gpu")).state is TaskState.FINISHED
+        mine, other = (sandbox / "stdout").read_text().splitlines()
+        assert "No such device" in mine, mine
+        assert "Operation not permitted" in other, other
+
+    try:
+        run(with_executor(tmp_path, gpus, body))
+    finally:
+        cgroups.cleanup_root()
+        for base in cgroups.roots:
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.dirname(base))
