@@ -200,30 +200,42 @@ def make_private() -> None:
     mount(None, "/", None, MS_REC | MS_PRIVATE)
 
 
-def private_tmp(sandbox: str, uid: int | None, gid: int | None) -> None:
+def private_tmp(
+    sandbox: str, uid: int | None, gid: int | None, keep: tuple[str, ...] = ()
+) -> None:
     """Without a root filesystem: ``<sandbox>/tmp`` is the container's /tmp.
 
-    A sandbox that itself lies under /tmp (an agent whose work dir is there) stays reachable at
-    its own path: it is bind-mounted back onto that path inside the new /tmp (the directories
-    that takes are created in ``<sandbox>/tmp``, empty on the host)."""
+    What lies under the host's /tmp and must stay reachable at its own path is bind-mounted
+    back onto that path inside the new /tmp: the sandbox itself (read-write) and ``keep``
+    (read-only: the agent's own runtime, so that SDK executors run). The directories that takes
+    are created in ``<sandbox>/tmp``, empty on the host."""
     tmp = os.path.join(sandbox, "tmp")
     if not os.path.isdir(tmp):
         os.mkdir(tmp, 0o1777)
         os.chmod(tmp, 0o1777)
         if uid is not None:
             os.chown(tmp, uid, -1 if gid is None else gid)
-    inside = os.path.relpath(sandbox, "/tmp")
-    if inside.startswith(os.pardir) or inside == os.curdir:
-        bind(tmp, "/tmp", read_only=False, recursive=False)
-        return
-    held = os.open(sandbox, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    # Read-only views first, the sandbox last: on top, should it lie inside one of them.
+    wanted = [(path, True) for path in keep] + [(sandbox, False)]
+    under = [(p, ro) for p, ro in wanted if _under_tmp(p) and os.path.exists(p)]
+    held = [(os.open(p, os.O_PATH | os.O_CLOEXEC), p, ro) for p, ro in under]
     try:
         bind(tmp, "/tmp", read_only=False, recursive=False)
-        target = os.path.join("/tmp", inside)
-        os.makedirs(target, exist_ok=True)
-        bind(f"/proc/self/fd/{held}", target, read_only=False, recursive=False)
+        for fd, path, read_only in held:
+            if os.path.isdir(f"/proc/self/fd/{fd}"):
+                os.makedirs(path, exist_ok=True)
+            else:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+            bind(f"/proc/self/fd/{fd}", path, read_only=read_only, recursive=read_only)
     finally:
-        os.close(held)
+        for fd, _, _ in held:
+            os.close(fd)
+
+
+def _under_tmp(path: str) -> bool:
+    inside = os.path.relpath(path, "/tmp")
+    return not (inside.startswith(os.pardir) or inside == os.curdir)
 
 
 def fresh_proc(target: str) -> None:

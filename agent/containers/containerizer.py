@@ -12,7 +12,9 @@ processes their usual way and never call ``launch``.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -72,6 +74,18 @@ def host_name_for(name: str) -> str:
 
 #: The character device major of NVIDIA GPUs (/dev/nvidia<minor>).
 NVIDIA_MAJOR: Final = 195
+
+
+def runtime_paths() -> tuple[str, ...]:
+    """Where this Python and Agora live: kept visible (read-only) in containers with a private
+    /tmp, so that an executor written with the SDK runs in one even if they live under /tmp."""
+    import agora.agent
+    import agora.sdk
+
+    found = {sys.prefix, sys.exec_prefix, sys.base_prefix, os.path.dirname(sys.executable)}
+    for package in (agora.sdk, agora.agent):
+        found.update(os.path.dirname(p) for p in package.__path__)
+    return tuple(sorted(p for p in found if os.path.isabs(p)))
 
 
 def gpu_deny_rules(config: ContainerConfig, visible: str | None) -> tuple[str, ...]:
@@ -163,6 +177,7 @@ class Containerizer:
         self._cgroups = cgroups if config.cgroup_controllers else None
         self._images = images
         self._forkserver = forkserver
+        self._runtime = runtime_paths()
 
     @classmethod
     def from_config(
@@ -276,6 +291,7 @@ class Containerizer:
             rootfs=rootfs,
             volumes=volumes,
             network_of=join_network,
+            keep_visible=self._runtime,
         )
         try:
             forkserver = self._forkserver

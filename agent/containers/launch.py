@@ -95,6 +95,8 @@ class ContainerSpec:
     #: Join this network namespace (``/proc/<pid>/ns/net`` of another container) instead of
     #: creating one: the members of a task group share one network.
     network_of: str | None = None
+    #: Host paths that stay visible (read-only) though a private /tmp would hide them.
+    keep_visible: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         namespaces = frozenset(self.namespaces)
@@ -387,7 +389,7 @@ def _setup(spec: ContainerSpec, plan: _Plan, report: int, step: _Step) -> int | 
             step.name = "mount volumes"
             _mounts.mount_volumes(spec.sandbox, plan.volumes, spec.uid, plan.gid)
             step.name = "mount private /tmp"
-            _mounts.private_tmp(spec.sandbox, spec.uid, plan.gid)
+            _mounts.private_tmp(spec.sandbox, spec.uid, plan.gid, spec.keep_visible)
             if "pid" in spec.namespaces:
                 step.name = "mount /proc"
                 _mounts.fresh_proc("/proc")

@@ -166,6 +166,22 @@ def test_mount_namespace_has_a_private_tmp(output: Output, sandbox: Path) -> Non
     assert not os.path.exists(f"/tmp/{name}")
 
 
+def test_paths_kept_visible_survive_the_private_tmp_read_only(
+    output: Output, sandbox: Path, tmp_path: Path
+) -> None:
+    runtime = tmp_path / "runtime"  # under /tmp, like a venv in a fresh checkout there
+    runtime.mkdir()
+    (runtime / "tool").write_text("#!/bin/sh\necho tool ran\n")
+    (runtime / "tool").chmod(0o755)
+    hidden = tmp_path / "elsewhere"
+    hidden.mkdir()
+    script = f"{runtime}/tool; touch {runtime}/x 2>/dev/null || echo read-only; ls {hidden} || :"
+    code, text = run(output, sandbox, script, namespaces=ns("mount"), keep_visible=(str(runtime),))
+    assert code == 0
+    assert text.splitlines()[:2] == ["tool ran", "read-only"]
+    assert "No such file" in text  # what was not kept stays hidden
+
+
 def test_volume_in_the_sandbox_is_read_only(output: Output, sandbox: Path, tmp_path: Path) -> None:
     volume = tmp_path / "volume"
     volume.mkdir()
