@@ -22,9 +22,9 @@ from typing import Final
 import structlog
 from agora.agent.containers.cgroups import Cgroup, CgroupError, Cgroups, Limits, Usage
 from agora.agent.containers.forkserver import ForkServer
-from agora.agent.containers.images import ImageStore
 from agora.agent.containers.isolation import ContainerConfig
 from agora.agent.containers.launch import Bind, ContainerSpec, LaunchError, spawn
+from agora.sdk.images import ImageStore
 from agora.sdk.messages import ContainerInfo, Reason
 from agora.sdk.resources import Resources
 

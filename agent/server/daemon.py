@@ -40,7 +40,6 @@ from agora.agent.containers.containerizer import (
 )
 from agora.agent.containers.forkserver import ForkServer
 from agora.agent.containers.gpus import GpuAllocator
-from agora.agent.containers.images import ImageStore
 from agora.agent.containers.isolation import CONTAINER_CONFIG_ENV, ContainerConfig
 from agora.agent.core import (
     Agent,
@@ -71,6 +70,7 @@ from agora.agent.server.processes import (
 )
 from agora.sdk.httpd import start_http
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID
+from agora.sdk.images import ImageStore
 from agora.sdk.messages import (
     Error,
     Message,

@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agora.agent.containers.images import (
+from agora.sdk.cli.main import main as cli_main
+from agora.sdk.images import (
     ImageError,
     ImageStore,
     default_image_store,
     image_name_problem,
 )
-from agora.sdk.cli.main import main as cli_main
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: device nodes, owners")
 

@@ -1,4 +1,7 @@
-"""The agent's image store: named root filesystems, unpacked, ready for a container to use.
+"""The image store: named root filesystems, unpacked, ready for an agent's containers to use.
+
+It lives in the SDK so that both the ``agora image`` CLI and the agent use it (the SDK imports
+nothing of the agent's).
 
 Layout: ``<store>/<name>/rootfs/`` (the unpacked tree) and ``<store>/<name>/image.json``
 (``{"name", "imported_at", "source", "size_bytes"}``). An import unpacks into
