@@ -4,7 +4,7 @@ containerizer settings (passed in AGORA_CONTAINER_CONFIG).
 ``TaskContainers.starter(task, user)`` gives :class:`~agora.agent.executors.tasks.TaskProcesses` a
 way to start the task's process inside a fresh container (or None: a plain posix spawn will do);
 ``finish(task_id)`` is called once the process has exited: it tells whether a container limit
-ended the task and destroys the container. ``usage()`` samples every live container.
+ended the task and destroys the container. (The agent samples the containers' usage itself.)
 """
 
 from __future__ import annotations
@@ -124,9 +124,6 @@ class TaskContainers:
         limitation = container.limitation()
         container.destroy()
         return limitation
-
-    def usage(self) -> dict[TaskID, Container]:
-        return dict(self._live)
 
     def close(self) -> None:
         """Destroy every container left (the executor is exiting)."""
