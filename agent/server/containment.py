@@ -203,6 +203,14 @@ class AgentContainment:
         if self.cgroups is not None:
             destroy_orphan_containers(self.cgroups, live)
 
+    def tidy(self) -> None:
+        """The agent exits leaving its executors: remove its cgroup root if no container is in
+        it (nothing runs), else keep it for the next agent."""
+        cgroups = self.cgroups
+        if cgroups is None or cgroups.names():
+            return
+        release_agent_cgroups(cgroups)
+
     def release(self) -> None:
         """The agent drains: every container goes, and the agent's cgroup root."""
         for container in self._executors.values():

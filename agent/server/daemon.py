@@ -295,6 +295,8 @@ class AgentDaemon:
             self._checkpoint.close()
             if self._forkserver is not None:
                 self._forkserver.close()
+            if not self._drain:
+                self._containment.tidy()
         log.info("agent_stopped", reason=self._stop_reason, status=self._exit_code)
         return self._exit_code
 

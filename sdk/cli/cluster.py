@@ -28,6 +28,7 @@ T = TypeVar("T")
 _POLL = 0.05  # seconds between looks at a file or the master's state while starting
 _AGENT_GRACE = 15.0  # an agent stops its executors (and their tasks) before it exits
 _MASTER_GRACE = 5.0
+_RELEASE_TIMEOUT = 20.0  # the cgroup cleanup of agents that did not drain
 _SWEEP_GRACE = 3.0
 #: Settings the daemons would take from the environment but must not, here. The local cluster
 #: runs with CURVE off, and $AGORA_CURVE_SECRET_KEY / $AGORA_CURVE_SERVER_KEY may well be set for
@@ -231,6 +232,10 @@ class LocalCluster:
             forced += [c.name for c, killed in zip(group, results, strict=True) if killed]
         swept = await sweep(self.work_dir)
         forced += [f"pid {pid}" for pid in swept]
+        # An agent that did not drain (killed, crashed) left its containers' cgroups behind.
+        undrained = [c for c in agents if c.proc is not None and c.proc.returncode != 0]
+        if undrained and os.geteuid() == 0:
+            await _release_cgroups(self.python, [self.work_dir / c.name for c in undrained])
         return forced
 
 
@@ -252,6 +257,20 @@ async def _stop_child(child: Child, grace: float, hurry: asyncio.Event) -> bool:
         _signal_group(proc.pid, signal.SIGKILL)
     await child.waiter
     return killed
+
+
+async def _release_cgroups(python: str, work_dirs: list[Path]) -> None:
+    """Run the agent's own cleanup for these work dirs (a process: the SDK imports no agent)."""
+    args = [python, "-m", "agora.agent.server.release", *map(str, work_dirs)]
+    proc = await asyncio.create_subprocess_exec(
+        *args, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+    )
+    try:
+        async with asyncio.timeout(_RELEASE_TIMEOUT):
+            await proc.wait()
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
 
 
 def _signal_group(pgid: int, signo: int) -> None:
