@@ -53,6 +53,9 @@ class ForkServer:
 
     def _start(self) -> socket.socket:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        # One request is one datagram, environment and all: make room for a large one.
+        for sock in (ours, theirs):
+            _grow_buffers(sock)
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "agora.agent.containers.forkserver"],
@@ -108,6 +111,18 @@ class ForkServer:
                 self._proc.kill()
                 self._proc.wait()
             self._proc = None
+
+
+def _grow_buffers(sock: socket.socket) -> None:
+    """Send and receive buffers of _MAX_REQUEST (root may exceed net.core.[rw]mem_max)."""
+    for force, plain in (
+        (getattr(socket, "SO_SNDBUFFORCE", None), socket.SO_SNDBUF),
+        (getattr(socket, "SO_RCVBUFFORCE", None), socket.SO_RCVBUF),
+    ):
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, force if force is not None else plain, _MAX_REQUEST)
+        except OSError:
+            sock.setsockopt(socket.SOL_SOCKET, plain, _MAX_REQUEST)
 
 
 def _serve(sock: socket.socket) -> None:

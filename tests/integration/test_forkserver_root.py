@@ -125,3 +125,17 @@ def test_a_launch_over_the_deadline_fails_and_kills_the_server(tmp_path: Path) -
     finally:
         server.close()
         become_subreaper(enable=False)
+
+
+def test_a_large_environment_travels_to_the_server(server: ForkServer, tmp_path: Path) -> None:
+    # 400 kB of environment: twice a socket's default buffer (each variable stays below the
+    # kernel's 128 kB limit on one exec string).
+    spec, out = _spec(tmp_path, 'printf "%s" "${#BIG0}${#BIG7}"')
+    huge = {f"BIG{i}": "x" * 50_000 for i in range(8)}
+    big = ContainerSpec(**{**_fields(spec), "env": {**spec.env, **huge}})
+    try:
+        assert _wait(server.spawn(big)) == 0
+    finally:
+        for fd in (spec.stdin, spec.stdout):
+            os.close(fd)
+    assert out.read_text() == "5000050000"
