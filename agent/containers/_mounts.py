@@ -200,9 +200,7 @@ def make_private() -> None:
     mount(None, "/", None, MS_REC | MS_PRIVATE)
 
 
-def private_tmp(
-    sandbox: str, uid: int | None, gid: int | None, keep: tuple[str, ...] = ()
-) -> None:
+def private_tmp(sandbox: str, uid: int | None, gid: int | None, keep: tuple[str, ...] = ()) -> None:
     """Without a root filesystem: ``<sandbox>/tmp`` is the container's /tmp.
 
     What lies under the host's /tmp and must stay reachable at its own path is bind-mounted
