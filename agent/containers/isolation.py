@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 __all__ = [
@@ -97,7 +97,6 @@ class ContainerConfig:
     fetch_cache_max: int = 2 * 1024**3
     #: The agent's GPUs as (index, device minor), for the devices cgroup (gpu/nvidia).
     gpus: tuple[tuple[int, int], ...] = ()
-    extra: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def cgroup_controllers(self) -> frozenset[str]:
@@ -128,7 +127,6 @@ class ContainerConfig:
                 "fetch_cache": self.fetch_cache,
                 "fetch_cache_max": self.fetch_cache_max,
                 "gpus": [list(g) for g in self.gpus],
-                "extra": dict(self.extra),
             },
             separators=(",", ":"),
         )
@@ -151,7 +149,6 @@ class ContainerConfig:
                 fetch_cache=_opt_str(raw.get("fetch_cache")),
                 fetch_cache_max=int(raw.get("fetch_cache_max", 2 * 1024**3)),
                 gpus=tuple((int(i), int(m)) for i, m in raw.get("gpus") or ()),
-                extra={str(k): str(v) for k, v in dict(raw.get("extra") or {}).items()},
             )
         except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as exc:
             raise ValueError(f"bad container config: {exc}") from None
