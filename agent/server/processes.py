@@ -442,12 +442,9 @@ class ExecutorProcesses:
         if not self._subreaper:
             return 0
         killed = 0
-        prefix = None if sandbox is None else sandbox.rstrip(os.sep) + os.sep
         for pid in self.adopted():
-            if prefix is not None:
-                where = _sandbox_of(pid)
-                if where is None or not (where + os.sep).startswith(prefix):
-                    continue
+            if sandbox is not None and not _started_in(pid, sandbox):
+                continue
             try:
                 pgid = os.getpgid(pid)
             except ProcessLookupError:
@@ -564,7 +561,6 @@ def _children_by_scan(parent: int) -> Iterator[int]:
 
 def _kill_sandbox_processes(sandbox: str) -> int:
     """SIGKILL every process on the host started in ``sandbox`` (by AGORA_SANDBOX)."""
-    prefix = sandbox.rstrip(os.sep) + os.sep
     killed = 0
     try:
         entries = os.listdir("/proc")
@@ -573,8 +569,7 @@ def _kill_sandbox_processes(sandbox: str) -> int:
     for entry in entries:
         if not entry.isdigit() or int(entry) == os.getpid():
             continue
-        where = _sandbox_of(int(entry))
-        if where is None or not (where + os.sep).startswith(prefix):
+        if not _started_in(int(entry), sandbox):
             continue
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(int(entry), signal.SIGKILL)
@@ -582,6 +577,12 @@ def _kill_sandbox_processes(sandbox: str) -> int:
     if killed:
         log.info("sandbox_processes_killed", count=killed, sandbox=sandbox)
     return killed
+
+
+def _started_in(pid: int, sandbox: str) -> bool:
+    """``pid`` was started in ``sandbox`` or below it (by its AGORA_SANDBOX)."""
+    where = _sandbox_of(pid)
+    return where is not None and (where + os.sep).startswith(sandbox.rstrip(os.sep) + os.sep)
 
 
 def sandbox_process_alive(pid: int, sandbox: str) -> bool:
