@@ -17,7 +17,7 @@ import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
 import structlog
 from agora.agent.containers.cgroups import Cgroup, CgroupError, Cgroups, Limits, Usage
@@ -51,11 +51,16 @@ _NAME_CHARS: Final = re.compile(r"[^A-Za-z0-9_.-]")
 SANDBOX_IN_IMAGE: Final = "/mnt/sandbox"
 
 
-@dataclass(frozen=True, slots=True)
-class User:
-    uid: int
-    gid: int
-    groups: tuple[int, ...] = ()
+class User(Protocol):
+    """Whom a container's processes run as: the executor's RunAs and the agent's Account both
+    are one."""
+
+    @property
+    def uid(self) -> int: ...
+    @property
+    def gid(self) -> int: ...
+    @property
+    def groups(self) -> tuple[int, ...]: ...
 
 
 def container_name(*parts: str) -> str:

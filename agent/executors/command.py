@@ -431,7 +431,6 @@ class CommandExecutor(Executor):
 
         # The check runs as the task does: in its container, as its user.
         prefix = self._containers.enter_prefix(entry.info, entry.run_as) if self._containers else ()
-        run_as = entry.run_as
         entry.health = HealthChecker(
             check,
             sandbox=processes.sandbox_of(task_id),
@@ -439,7 +438,7 @@ class CommandExecutor(Executor):
             on_change=changed,
             on_unhealthy=unhealthy,
             command_prefix=prefix,
-            user=(run_as.uid, run_as.gid, run_as.groups) if run_as is not None else None,
+            user=entry.run_as,
         )
         entry.health.start()
 

@@ -15,7 +15,6 @@ import structlog
 from agora.agent.containers.containerizer import (
     Container,
     Containerizer,
-    User,
     container_name,
     host_name_for,
 )
@@ -69,7 +68,6 @@ class TaskContainers:
         if not self._containerizer.isolates(task.container):
             return None
         name = container_name(self._framework_id, task.task_id)
-        user = User(run_as.uid, run_as.gid, run_as.groups) if run_as is not None else None
         hostname = host_name_for(task.task_id)
 
         def start(
@@ -90,7 +88,7 @@ class TaskContainers:
                 stderr=stderr,
                 resources=task.resources,
                 info=task.container,
-                user=user,
+                user=run_as,
                 hostname=hostname,
                 join_network=join_network,
             )

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
 import structlog
+from agora.agent.containers.containerizer import User
 from agora.sdk.messages.container import HealthCheck, HealthCheckKind
 
 __all__ = ["HealthChecker", "health_check_problem"]
@@ -75,10 +76,10 @@ class HealthChecker:
         on_unhealthy: Callable[[str], None],
         clock: Callable[[], float] = time.monotonic,
         command_prefix: Sequence[str] = (),
-        user: tuple[int, int, tuple[int, ...]] | None = None,
+        user: User | None = None,
     ) -> None:
         """``command_prefix`` wraps a COMMAND check (``nsenter`` into the task's container);
-        ``user`` (uid, gid, groups) runs it as the task's user when there is no prefix."""
+        ``user`` runs it as the task's user when there is no prefix."""
         problem = health_check_problem(check)
         if problem is not None:
             raise ValueError(problem)
@@ -220,9 +221,9 @@ class HealthChecker:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,
-                user=user[0] if user else None,
-                group=user[1] if user else None,
-                extra_groups=list(user[2]) if user else None,
+                user=user.uid if user else None,
+                group=user.gid if user else None,
+                extra_groups=list(user.groups) if user else None,
             )
         )
         try:

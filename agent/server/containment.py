@@ -19,7 +19,6 @@ from agora.agent.containers.containerizer import (
     Container,
     Containerizer,
     LaunchError,
-    User,
     container_name,
     host_name_for,
     limits_of,
@@ -128,7 +127,7 @@ class AgentContainment:
                 stderr=stderr,
                 resources=resources,
                 info=spec,
-                user=User(account.uid, account.gid, account.groups) if account else None,
+                user=account,
                 hostname=host_name_for(eid),
             )
             self._executors[(fid, eid)] = container
