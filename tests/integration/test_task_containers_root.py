@@ -35,8 +35,11 @@ from support.executor_kit import (
     FRAMEWORK_ID,
     ExecutorProcess,
     FakeAgent,
-    cleanup,
+    run_bounded,
     task,
+)
+from support.executor_kit import (
+    with_executor as run_with_executor,
 )
 
 pytestmark = [
@@ -64,31 +67,14 @@ def config(tmp_path: Path) -> Iterator[ContainerConfig]:
             os.rmdir(os.path.dirname(base))
 
 
-def run(coro: Awaitable[None], timeout: float = 50.0) -> None:
-    async def bounded() -> None:
-        await asyncio.wait_for(coro, timeout)
-
-    asyncio.run(bounded())
-
-
 async def with_executor(
     root: Path,
     config: ContainerConfig,
     body: Callable[[FakeAgent, ExecutorProcess], Awaitable[None]],
 ) -> None:
-    agent = FakeAgent.start()
-    executor = ExecutorProcess.start(
-        root, agent.endpoint, env={CONTAINER_CONFIG_ENV: config.to_json()}
-    )
     try:
-        await agent.wait_for(lambda: agent.peer, timeout=30)
-        await body(agent, executor)
-    except BaseException:
-        print(executor.log())
-        raise
+        await run_with_executor(root, body, env={CONTAINER_CONFIG_ENV: config.to_json()})
     finally:
-        cleanup(root, executor)
-        await agent.close()
         # What the executor did not get to destroy (it was killed): as the agent would.
         cgroups = Cgroups.detect(config.cgroups_root)
         assert cgroups is not None
@@ -96,6 +82,10 @@ async def with_executor(
             cgroup = cgroups.open(name)
             if cgroup is not None:
                 cgroup.destroy()
+
+
+def run(coro: Awaitable[None]) -> None:
+    run_bounded(coro, timeout=50.0)
 
 
 def _res(text: str) -> Resources:

@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -339,3 +339,32 @@ def cleanup(root: Path, *executors: ExecutorProcess) -> None:
     for executor in executors:
         with contextlib.suppress(subprocess.TimeoutExpired):
             executor.popen.wait(timeout=10)
+
+
+def run_bounded(coro: Awaitable[None], timeout: float = 60.0) -> None:
+    """Run ``coro`` on a fresh event loop, failing it after ``timeout`` seconds."""
+
+    async def bounded() -> None:
+        await asyncio.wait_for(coro, timeout)
+
+    asyncio.run(bounded())
+
+
+async def with_executor(
+    root: Path,
+    body: Callable[[FakeAgent, ExecutorProcess], Awaitable[None]],
+    env: Mapping[str, str] | None = None,
+) -> None:
+    """A fake agent and a real built-in executor under ``root`` (with ``env``) for ``body``;
+    afterwards every process of the executor is gone."""
+    agent = FakeAgent.start()
+    executor = ExecutorProcess.start(root, agent.endpoint, env=env)
+    try:
+        await agent.wait_for(lambda: agent.peer, timeout=30)
+        await body(agent, executor)
+    except BaseException:
+        print(executor.log())
+        raise
+    finally:
+        cleanup(root, executor)
+        await agent.close()

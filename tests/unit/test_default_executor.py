@@ -4,10 +4,8 @@ that exits once its group is over. A real executor process, driven by a fake age
 
 from __future__ import annotations
 
-import asyncio
 import os
 import tarfile
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,34 +25,12 @@ from support.executor_kit import (
     FRAMEWORK_ID,
     ExecutorProcess,
     FakeAgent,
-    cleanup,
     task,
+    with_executor,
 )
-
-
-def run(coro: Awaitable[None], timeout: float = 60.0) -> None:
-    async def bounded() -> None:
-        await asyncio.wait_for(coro, timeout)
-
-    asyncio.run(bounded())
-
-
-async def with_executor(
-    root: Path,
-    body: Callable[[FakeAgent, ExecutorProcess], Awaitable[None]],
-    env: dict[str, str] | None = None,
-) -> None:
-    agent = FakeAgent.start()
-    executor = ExecutorProcess.start(root, agent.endpoint, env=env)
-    try:
-        await agent.wait_for(lambda: agent.peer, timeout=30)
-        await body(agent, executor)
-    except BaseException:
-        print(executor.log())
-        raise
-    finally:
-        cleanup(root, executor)
-        await agent.close()
+from support.executor_kit import (
+    run_bounded as run,
+)
 
 
 async def launch_group(agent: FakeAgent, *tasks: TaskInfo) -> None:
