@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-from agora.sdk.messages import agent, executor, operator, scheduler
+from agora.sdk.messages import agent, election, executor, operator, scheduler
 from agora.sdk.messages._record import (
     MaxItems,
     MaxLen,
@@ -68,6 +68,17 @@ from agora.sdk.messages.container import (
     HealthCheckKind,
     Volume,
 )
+from agora.sdk.messages.election import (
+    AppendEntries,
+    AppendReply,
+    DetectLeader,
+    InstallSnapshot,
+    LeaderInfo,
+    LogEntry,
+    SnapshotReply,
+    VoteReply,
+    VoteRequest,
+)
 from agora.sdk.messages.enums import (
     TERMINAL_STATES,
     ErrorCode,
@@ -119,7 +130,13 @@ from agora.sdk.messages.scheduler import (
 )
 
 MESSAGE_TYPES: Final[Mapping[str, type[Message]]] = build_registry(
-    (*scheduler.MESSAGES, *agent.MESSAGES, *executor.MESSAGES, *operator.MESSAGES)
+    (
+        *scheduler.MESSAGES,
+        *agent.MESSAGES,
+        *executor.MESSAGES,
+        *operator.MESSAGES,
+        *election.MESSAGES,
+    )
 )
 
 __all__ = [
@@ -133,10 +150,13 @@ __all__ = [
     "AgentReregistered",
     "AgentSummary",
     "AgentTask",
+    "AppendEntries",
+    "AppendReply",
     "CommandInfo",
     "ContainerInfo",
     "ContainerUsage",
     "Decline",
+    "DetectLeader",
     "Error",
     "ErrorCode",
     "ExecutorInfo",
@@ -157,12 +177,15 @@ __all__ = [
     "HealthCheck",
     "HealthCheckKind",
     "Heartbeat",
+    "InstallSnapshot",
     "Kill",
     "KillTask",
     "Launch",
     "LaunchGroup",
     "LaunchTask",
     "LaunchTaskGroup",
+    "LeaderInfo",
+    "LogEntry",
     "MasterInfo",
     "MaxItems",
     "MaxLen",
@@ -194,6 +217,7 @@ __all__ = [
     "ShutdownAgent",
     "ShutdownExecutor",
     "ShutdownFramework",
+    "SnapshotReply",
     "StateReply",
     "StatusSource",
     "StatusUpdate",
@@ -212,5 +236,7 @@ __all__ = [
     "Unreserve",
     "Update",
     "Volume",
+    "VoteReply",
+    "VoteRequest",
     "is_terminal",
 ]

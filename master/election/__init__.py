@@ -1,0 +1,1 @@
+"""Leader election and the replicated registry log among the masters (Raft)."""

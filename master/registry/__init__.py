@@ -1,0 +1,46 @@
+"""The masters' replicated registry: the small durable state a new leader starts from."""
+
+from agora.master.registry.ops import (
+    AdmitAgent,
+    AgentEntry,
+    DrainAgent,
+    FrameworkEntry,
+    MaintenanceWindow,
+    MarkUnreachable,
+    Operation,
+    QuotaEntry,
+    ReadmitAgent,
+    RegistryEntry,
+    RemoveAgent,
+    RemoveFramework,
+    SetMaintenance,
+    SetQuota,
+    SetWeight,
+    UpsertFramework,
+    decode_operation,
+    encode_operation,
+)
+from agora.master.registry.registry import MAX_REMOVED, Registry
+
+__all__ = [
+    "MAX_REMOVED",
+    "AdmitAgent",
+    "AgentEntry",
+    "DrainAgent",
+    "FrameworkEntry",
+    "MaintenanceWindow",
+    "MarkUnreachable",
+    "Operation",
+    "QuotaEntry",
+    "ReadmitAgent",
+    "Registry",
+    "RegistryEntry",
+    "RemoveAgent",
+    "RemoveFramework",
+    "SetMaintenance",
+    "SetQuota",
+    "SetWeight",
+    "UpsertFramework",
+    "decode_operation",
+    "encode_operation",
+]

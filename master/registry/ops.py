@@ -1,0 +1,177 @@
+"""The registry's operations: each committed log entry carries exactly one of these.
+
+An operation is a frozen record, encoded with the SDK codec inside a :class:`RegistryEntry`, so a
+log written by one master version is read back with the same bounds and checks as any message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, ClassVar, TypeAlias
+
+from agora.sdk.codec import pack_record, unpack_record
+from agora.sdk.ids import AgentID, FrameworkID
+from agora.sdk.messages import MaxItems, Range, Record
+from agora.sdk.messages._record import Seconds, ShortStr, Timestamp
+from agora.sdk.resources import Resources
+
+__all__ = [
+    "AdmitAgent",
+    "AgentEntry",
+    "DrainAgent",
+    "FrameworkEntry",
+    "MaintenanceWindow",
+    "MarkUnreachable",
+    "Operation",
+    "QuotaEntry",
+    "ReadmitAgent",
+    "RegistryEntry",
+    "RemoveAgent",
+    "RemoveFramework",
+    "SetMaintenance",
+    "SetQuota",
+    "SetWeight",
+    "UpsertFramework",
+    "decode_operation",
+    "encode_operation",
+]
+
+_Weight = Annotated[float, Range(0.0001, 1_000_000.0)]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentEntry(Record):
+    """An agent the cluster knows: admitted, unreachable since a time, and maybe draining."""
+
+    agent_id: AgentID
+    hostname: ShortStr
+    unreachable_since: Timestamp | None = None
+    draining: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FrameworkEntry(Record):
+    framework_id: FrameworkID
+    name: ShortStr = ""
+    roles: Annotated[tuple[ShortStr, ...], MaxItems(1024)] = ()
+    failover_timeout: Seconds = 0.0
+    principal: ShortStr | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QuotaEntry(Record):
+    role: ShortStr
+    guarantee: Resources
+    limit: Resources | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MaintenanceWindow(Record):
+    """Planned downtime of a host: from ``start`` for ``duration`` seconds."""
+
+    hostname: ShortStr
+    start: Timestamp
+    duration: Seconds
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AdmitAgent(Record):
+    TYPE: ClassVar[str] = "ADMIT_AGENT"
+    agent: AgentEntry
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReadmitAgent(Record):
+    """An unreachable agent came back."""
+
+    TYPE: ClassVar[str] = "READMIT_AGENT"
+    agent_id: AgentID
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MarkUnreachable(Record):
+    TYPE: ClassVar[str] = "MARK_UNREACHABLE"
+    agent_id: AgentID
+    time: Timestamp
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RemoveAgent(Record):
+    """The agent is gone for good (it unregistered, was garbage-collected or marked gone)."""
+
+    TYPE: ClassVar[str] = "REMOVE_AGENT"
+    agent_id: AgentID
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DrainAgent(Record):
+    TYPE: ClassVar[str] = "DRAIN_AGENT"
+    agent_id: AgentID
+    draining: bool = True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpsertFramework(Record):
+    TYPE: ClassVar[str] = "UPSERT_FRAMEWORK"
+    framework: FrameworkEntry
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RemoveFramework(Record):
+    TYPE: ClassVar[str] = "REMOVE_FRAMEWORK"
+    framework_id: FrameworkID
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetWeight(Record):
+    TYPE: ClassVar[str] = "SET_WEIGHT"
+    role: ShortStr
+    weight: _Weight
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetQuota(Record):
+    """Set (or, with ``quota`` None, clear) a role's quota."""
+
+    TYPE: ClassVar[str] = "SET_QUOTA"
+    role: ShortStr
+    quota: QuotaEntry | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetMaintenance(Record):
+    """Set (or, with ``window`` None, clear) a host's maintenance window."""
+
+    TYPE: ClassVar[str] = "SET_MAINTENANCE"
+    hostname: ShortStr
+    window: MaintenanceWindow | None = None
+
+
+Operation: TypeAlias = (
+    AdmitAgent
+    | ReadmitAgent
+    | MarkUnreachable
+    | RemoveAgent
+    | DrainAgent
+    | UpsertFramework
+    | RemoveFramework
+    | SetWeight
+    | SetQuota
+    | SetMaintenance
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RegistryEntry(Record):
+    """What one log entry holds."""
+
+    op: Operation
+
+
+def encode_operation(op: Operation) -> bytes:
+    return pack_record(RegistryEntry(op=op))
+
+
+def decode_operation(data: bytes) -> Operation:
+    """The operation in a log entry; raises ProtocolError for anything else."""
+    return unpack_record(RegistryEntry, data).op
