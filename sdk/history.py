@@ -31,6 +31,7 @@ fault, healed  nemesis   what
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -61,10 +62,9 @@ class History:
             separators=(",", ":"),
             default=str,
         )
-        try:
+        # A full disk must not take a daemon down; the checker will see the gap.
+        with contextlib.suppress(OSError):
             os.write(self._fd, (line + "\n").encode())
-        except OSError:
-            pass  # a full disk must not take a daemon down; the checker will see the gap
 
     def close(self) -> None:
         if self._fd is not None:

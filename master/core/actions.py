@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeAlias
 
+from agora.master.registry import Operation
 from agora.sdk.messages import Message
 
-__all__ = ["Action", "Peer", "Send"]
+__all__ = ["Action", "Peer", "Propose", "Send"]
 
 #: An opaque name for one connected client (a ZeroMQ routing identity, an in-memory
 #: endpoint in tests). The core only compares and stores peers.
@@ -22,4 +24,13 @@ class Send:
     epoch: int
 
 
-Action = Send
+@dataclass(frozen=True, slots=True)
+class Propose:
+    """Replicate ``op`` in the registry; when it commits call ``Master.committed(seq)``, and if it
+    cannot (leadership lost, no quorum in time) ``Master.abandoned(seq)``."""
+
+    seq: int
+    op: Operation
+
+
+Action: TypeAlias = Send | Propose

@@ -8,7 +8,14 @@ from agora.master.core.actions import Peer
 from agora.master.core.offers import rescind_offers
 from agora.master.core.state import Agent, AgentStatus, MasterState, Task, TaskKey
 from agora.master.core.tasks import is_final
-from agora.sdk.ids import AgentID, FrameworkID
+from agora.master.registry import (
+    AdmitAgent,
+    AgentEntry,
+    MarkUnreachable,
+    ReadmitAgent,
+    RemoveAgent,
+)
+from agora.sdk.ids import AgentID, ExecutorID, FrameworkID
 from agora.sdk.messages import (
     AgentInfo,
     AgentRegistered,
@@ -16,6 +23,7 @@ from agora.sdk.messages import (
     AgentTask,
     Error,
     ErrorCode,
+    ExecutorInfo,
     Failure,
     Ping,
     Pong,
@@ -55,13 +63,27 @@ def on_register(st: MasterState, sender: Peer, msg: RegisterAgent, now: float) -
         # A retried registration whose answer was lost: answer again, same id.
         st.send(sender, AgentRegistered(agent_id=known, master_info=st.master_info))
         return
+    if sender in st.registering_peers:
+        return  # a retry while its admission commits: the answer comes with the commit
     problem = _info_problem(info)
     if problem is not None:
         st.send(sender, Error(message=problem, code=ErrorCode.BAD_REQUEST))
         return
     agent_id = AgentID(st.mint("A"))
-    _admit(st, sender, agent_id, msg.agent_info, now, {})
-    st.send(sender, AgentRegistered(agent_id=agent_id, master_info=st.master_info))
+    st.registering_peers[sender] = agent_id
+
+    def admitted(now: float) -> None:
+        st.registering_peers.pop(sender, None)
+        _admit(st, sender, agent_id, msg.agent_info, now, {})
+        st.send(sender, AgentRegistered(agent_id=agent_id, master_info=st.master_info))
+
+    entry = AgentEntry(agent_id=agent_id, hostname=info.hostname)
+    st.propose(
+        AdmitAgent(agent=entry),
+        admitted,
+        lambda: st.registering_peers.pop(sender, None),
+        now=now,
+    )
 
 
 def _admit(
@@ -98,14 +120,42 @@ def on_reregister(st: MasterState, sender: Peer, msg: ReregisterAgent, now: floa
     if problem is not None:
         st.send(sender, Error(message=problem, code=ErrorCode.BAD_REQUEST))
         return
-    if agent_id in st.removed_agents:
+    if agent_id in st.removed_agents or st.registry.is_removed_agent(agent_id):
         st.send(sender, ShutdownAgent(message=f"agent {agent_id} was removed from the cluster"))
         return
+    if agent_id in st.busy_agents:
+        return  # a registry change about it is committing; the agent retries (Mesos does too)
     existing = st.agents.get(agent_id)
     if existing is not None and existing.status is AgentStatus.ACTIVE:
         _reconnect(st, sender, existing, msg, now)
-    else:
-        _readmit(st, sender, existing, msg, now)
+        return
+    problem = _readmit_problem(st, msg)
+    if problem is not None:
+        st.send(sender, Error(message=problem, code=ErrorCode.BAD_REQUEST))
+        return
+    entry = st.registry.agents.get(agent_id)
+    if entry is not None and entry.unreachable_since is None:
+        # Admitted in the registry (back after a failover): nothing to commit.
+        st.recovering_agents.discard(agent_id)
+        _readmit(st, sender, st.agents.get(agent_id), msg, now)
+        return
+    # Unreachable in the registry, or unknown to it: readmit once that is committed.
+    st.busy_agents.add(agent_id)
+
+    def readmitted(now: float) -> None:
+        st.busy_agents.discard(agent_id)
+        st.recovering_agents.discard(agent_id)
+        if st.registry.is_removed_agent(agent_id):
+            st.send(sender, ShutdownAgent(message=f"agent {agent_id} was removed"))
+            return
+        _readmit(st, sender, st.agents.get(agent_id), msg, now)
+
+    op: ReadmitAgent | AdmitAgent = (
+        ReadmitAgent(agent_id=agent_id)
+        if entry is not None
+        else AdmitAgent(agent=AgentEntry(agent_id=agent_id, hostname=msg.agent_info.hostname))
+    )
+    st.propose(op, readmitted, lambda: st.busy_agents.discard(agent_id), now=now)
 
 
 def _reconnect(
@@ -142,21 +192,7 @@ def _readmit(
         (ex.framework_id, ex.executor_id): _executor_role(st, ex.framework_id, msg.tasks)
         for ex in executors
     }
-    used: dict[tuple[FrameworkID, str], Resources] = defaultdict(Resources)
-    for at in reported:
-        if not is_final(at.state):
-            key = (at.framework_id, _role(st, at))
-            used[key] = used[key] + at.task.resources
-    for ex in executors:
-        key = (ex.framework_id, roles[(ex.framework_id, ex.executor_id)])
-        used[key] = used[key] + ex.resources
-    in_use = sum(used.values(), Resources())
-    if not msg.agent_info.resources.contains(in_use):
-        problem = (
-            f"tasks and executors use {in_use}, more than the agent's {msg.agent_info.resources}"
-        )
-        st.send(sender, Error(message=problem, code=ErrorCode.BAD_REQUEST))
-        return
+    used = _used(st, reported, executors, roles)
     previously = set(existing.tasks) if existing is not None else set()
     agent = _admit(st, sender, agent_id, msg.agent_info, now, dict(used))
     agent.executors = {
@@ -187,6 +223,38 @@ def _readmit(
     for framework_id in sorted(orphans):
         st.send(sender, ShutdownFramework(framework_id=framework_id))
     st.send(sender, AgentReregistered(agent_id=agent_id, master_info=st.master_info))
+
+
+def _used(
+    st: MasterState,
+    reported: list[AgentTask],
+    executors: list[ExecutorInfo],
+    roles: dict[tuple[FrameworkID, ExecutorID], str],
+) -> dict[tuple[FrameworkID, str], Resources]:
+    """What the agent's live tasks and executors hold, per framework and role."""
+    used: dict[tuple[FrameworkID, str], Resources] = defaultdict(Resources)
+    for at in reported:
+        if not is_final(at.state):
+            key = (at.framework_id, _role(st, at))
+            used[key] = used[key] + at.task.resources
+    for ex in executors:
+        key = (ex.framework_id, roles[(ex.framework_id, ex.executor_id)])
+        used[key] = used[key] + ex.resources
+    return used
+
+
+def _readmit_problem(st: MasterState, msg: ReregisterAgent) -> str | None:
+    """Why the agent's report cannot be taken as it is (it claims more than it has)."""
+    executors = [ex for ex in msg.executors if ex.framework_id not in st.removed_frameworks]
+    reported = [at for at in msg.tasks if at.framework_id not in st.removed_frameworks]
+    roles = {
+        (ex.framework_id, ex.executor_id): _executor_role(st, ex.framework_id, msg.tasks)
+        for ex in executors
+    }
+    in_use = sum(_used(st, reported, executors, roles).values(), Resources())
+    if not msg.agent_info.resources.contains(in_use):
+        return f"tasks and executors use {in_use}, more than the agent's {msg.agent_info.resources}"
+    return None
 
 
 def _vanished(st: MasterState, key: TaskKey, agent_id: AgentID, now: float) -> None:
@@ -257,13 +325,32 @@ def on_pong(st: MasterState, agent: Agent, msg: Pong) -> None:
 def ping_agents(st: MasterState, now: float) -> None:
     """One health-check round: agents silent for too many pings become unreachable."""
     for agent in list(st.agents.values()):
-        if agent.status is not AgentStatus.ACTIVE:
+        if agent.status is not AgentStatus.ACTIVE or agent.agent_id in st.busy_agents:
             continue
         if agent.missed_pings >= st.config.max_agent_ping_timeouts:
-            mark_unreachable(st, agent, now)
+            _propose_unreachable(st, agent, now)
             continue
         agent.missed_pings += 1
         st.send(agent.peer, Ping(connected=True))
+
+
+def _propose_unreachable(st: MasterState, agent: Agent, now: float) -> None:
+    """Record the agent unreachable in the registry; its tasks change state once committed."""
+    agent_id = agent.agent_id
+    st.busy_agents.add(agent_id)
+
+    def committed(now: float) -> None:
+        st.busy_agents.discard(agent_id)
+        current = st.agents.get(agent_id)
+        if current is not None and current.status is AgentStatus.ACTIVE:
+            mark_unreachable(st, current, now)
+
+    st.propose(
+        MarkUnreachable(agent_id=agent_id, time=now),
+        committed,
+        lambda: st.busy_agents.discard(agent_id),
+        now=now,
+    )
 
 
 def mark_unreachable(st: MasterState, agent: Agent, now: float) -> None:
@@ -287,6 +374,23 @@ def mark_unreachable(st: MasterState, agent: Agent, now: float) -> None:
 
 def on_unregister(st: MasterState, agent: Agent, now: float) -> None:
     """The agent is leaving for good: its tasks are GONE (or LOST) and its id is retired."""
+    agent_id = agent.agent_id
+    if agent_id in st.busy_agents:
+        return
+    st.busy_agents.add(agent_id)
+
+    def removed(now: float) -> None:
+        st.busy_agents.discard(agent_id)
+        current = st.agents.get(agent_id)
+        if current is not None:
+            _remove(st, current, now)
+
+    st.propose(
+        RemoveAgent(agent_id=agent_id), removed, lambda: st.busy_agents.discard(agent_id), now=now
+    )
+
+
+def _remove(st: MasterState, agent: Agent, now: float) -> None:
     _take_offline(st, agent, now)
     for key in sorted(agent.tasks):
         task = st.tasks[key]
@@ -315,11 +419,26 @@ def gc_unreachable(st: MasterState, now: float) -> None:
     excess = len(unreachable) - cfg.max_unreachable_agents
     for i, agent in enumerate(unreachable):
         assert agent.unreachable_since is not None
+        if agent.agent_id in st.busy_agents:
+            continue
         if i < excess or now - agent.unreachable_since >= cfg.unreachable_gc_age:
+            _propose_forget(st, agent.agent_id, now)
+
+
+def _propose_forget(st: MasterState, agent_id: AgentID, now: float) -> None:
+    st.busy_agents.add(agent_id)
+
+    def forget(_now: float) -> None:
+        st.busy_agents.discard(agent_id)
+        agent = st.agents.pop(agent_id, None)
+        if agent is not None:
             for key in list(agent.tasks):
                 st.forget_task(key)
-            del st.agents[agent.agent_id]
-            st.removed_agents.add(agent.agent_id)
+        st.removed_agents.add(agent_id)
+
+    st.propose(
+        RemoveAgent(agent_id=agent_id), forget, lambda: st.busy_agents.discard(agent_id), now=now
+    )
 
 
 def _take_offline(st: MasterState, agent: Agent, now: float) -> None:

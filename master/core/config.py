@@ -37,3 +37,14 @@ class MasterConfig:
     #: Removed frameworks remembered (with their completed tasks) for operators (Mesos: 50).
     max_completed_frameworks: int = 50
     allocator: AllocatorConfig = field(default_factory=AllocatorConfig)
+    #: Registry changes (agents admitted, unreachable or gone; frameworks added or removed) wait
+    #: for the daemon to commit them (``Propose`` actions) before they take effect. Off, the core
+    #: applies them to its own registry at once (one master, tests, simulations).
+    replicated: bool = False
+    #: After a failover, agents of the registry that have not re-registered this long after the
+    #: new leader's activation are marked unreachable (Mesos: ``agent_reregister_timeout``).
+    agent_reregister_timeout: float = 600.0
+    #: Allocation waits after activation until this share of the registry's agents is back ...
+    recovery_agent_share: float = 0.8
+    #: ... or this many seconds have passed, whichever comes first.
+    recovery_hold_off: float = 2.0

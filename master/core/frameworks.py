@@ -9,6 +9,7 @@ from agora.master.allocator import AllocatorError
 from agora.master.core.actions import Peer
 from agora.master.core.offers import close_offer
 from agora.master.core.state import AgentStatus, Framework, MasterState
+from agora.master.registry import FrameworkEntry, RemoveFramework, UpsertFramework
 from agora.sdk.ids import AgentID, FrameworkID
 from agora.sdk.messages import (
     Error,
@@ -116,9 +117,52 @@ def on_subscribe(st: MasterState, sender: Peer, msg: Subscribe, now: float) -> N
     if existing is not None:
         _resubscribe(st, sender, existing, msg, now)
         return
+    if sender in st.subscribing_peers or requested in st.busy_frameworks:
+        return  # a retry while its registration commits: SUBSCRIBED comes with the commit
     # A new framework, or (after a master failover) a known id this master has not seen yet.
     framework_id = requested if requested is not None else FrameworkID(st.mint("F"))
     info = _with_id(info, framework_id)
+    entry = _entry(info, framework_id)
+    if st.registry.frameworks.get(framework_id) == entry:
+        _add(st, sender, framework_id, info, msg, now)  # back after a failover, unchanged
+        return
+    st.subscribing_peers[sender] = framework_id
+    st.busy_frameworks.add(framework_id)
+
+    def registered(now: float) -> None:
+        _settled()
+        if st.registry.is_removed_framework(framework_id):
+            _error(st, sender, ErrorCode.FRAMEWORK_REMOVED, f"framework {framework_id} was removed")
+            return
+        _add(st, sender, framework_id, info, msg, now)
+
+    def _settled() -> None:
+        st.subscribing_peers.pop(sender, None)
+        st.busy_frameworks.discard(framework_id)
+
+    st.propose(UpsertFramework(framework=entry), registered, _settled, now=now)
+
+
+def _entry(info: FrameworkInfo, framework_id: FrameworkID) -> FrameworkEntry:
+    """What the registry keeps of a framework: enough to honour its failover timeout."""
+    return FrameworkEntry(
+        framework_id=framework_id,
+        name=info.name[:255],
+        roles=info.roles,
+        failover_timeout=info.failover_timeout,
+        principal=info.principal,
+    )
+
+
+def _add(
+    st: MasterState,
+    sender: Peer,
+    framework_id: FrameworkID,
+    info: FrameworkInfo,
+    msg: Subscribe,
+    now: float,
+) -> None:
+    st.absent_frameworks.pop(framework_id, None)
     fw = Framework(framework_id=framework_id, info=info, peer=sender, subscribed_at=now)
     # Tasks reported by re-registered agents before the framework came back.
     fw.tasks = {key for key in st.tasks if key[0] == framework_id}
@@ -145,6 +189,9 @@ def _resubscribe(st: MasterState, sender: Peer, fw: Framework, msg: Subscribe, n
     for offer_id in sorted(fw.offers):
         close_offer(st, offer_id, now)
     fw.info = _with_id(msg.framework_info, fw.framework_id)
+    entry = _entry(fw.info, fw.framework_id)
+    if st.registry.frameworks.get(fw.framework_id) != entry:
+        st.propose(UpsertFramework(framework=entry), now=now)  # e.g. a new failover timeout
     fw.disconnected_at = None
     _bind_peer(st, fw, sender)
     # A suppressed role stays suppressed across re-subscription; the call may add more.
@@ -193,10 +240,72 @@ def expire_failovers(st: MasterState, now: float) -> None:
         since = fw.disconnected_at
         if since is not None and now - since >= fw.info.failover_timeout:
             remove_framework(st, fw, now)
+    for framework_id, deadline in list(st.absent_frameworks.items()):
+        if now >= deadline:
+            _remove_absent(st, framework_id, now)
+
+
+def _remove_absent(st: MasterState, framework_id: FrameworkID, now: float) -> None:
+    """A registry framework that did not come back after a failover within its failover
+    timeout: retire its id and kill what the re-registered agents still run for it."""
+    if framework_id in st.busy_frameworks:
+        return
+    st.busy_frameworks.add(framework_id)
+
+    def removed(now: float) -> None:
+        st.busy_frameworks.discard(framework_id)
+        st.absent_frameworks.pop(framework_id, None)
+        if framework_id in st.frameworks:
+            return  # it came back meanwhile (only possible while this was committing)
+        agents_with_tasks: set[AgentID] = set()
+        for key in sorted(k for k in st.tasks if k[0] == framework_id):
+            task = st.tasks[key]
+            agents_with_tasks.add(task.agent_id)
+            if not is_terminal(task.state):
+                st.send_agent(task.agent_id, KillTask(framework_id=framework_id, task_id=key[1]))
+            st.release_task(task, now)
+            st.forget_task(key)
+        for agent in st.agents.values():
+            for exec_key in [k for k in agent.executors if k[0] == framework_id]:
+                info, role = agent.executors.pop(exec_key)
+                st.recover(framework_id, agent.agent_id, role, info.resources, now)
+                agents_with_tasks.add(agent.agent_id)
+        for agent_id in sorted(agents_with_tasks):
+            st.send_agent(agent_id, ShutdownFramework(framework_id=framework_id))
+            st.dirty_agents.add(agent_id)
+        st.removed_frameworks.add(framework_id)
+
+    st.propose(
+        RemoveFramework(framework_id=framework_id),
+        removed,
+        lambda: st.busy_frameworks.discard(framework_id),
+        now=now,
+    )
 
 
 def remove_framework(st: MasterState, fw: Framework, now: float) -> None:
-    """Tear a framework down: its offers go, its tasks are killed, its id is retired."""
+    """Tear a framework down once the registry has retired its id: its offers go, its tasks are
+    killed. Until that commits the framework stays as it is (deactivated if disconnected)."""
+    framework_id = fw.framework_id
+    if framework_id in st.busy_frameworks:
+        return
+    st.busy_frameworks.add(framework_id)
+
+    def removed(now: float) -> None:
+        st.busy_frameworks.discard(framework_id)
+        current = st.frameworks.get(framework_id)
+        if current is not None:
+            _remove_now(st, current, now)
+
+    st.propose(
+        RemoveFramework(framework_id=framework_id),
+        removed,
+        lambda: st.busy_frameworks.discard(framework_id),
+        now=now,
+    )
+
+
+def _remove_now(st: MasterState, fw: Framework, now: float) -> None:
     for offer_id in sorted(fw.offers):
         close_offer(st, offer_id, now)
     agents_with_tasks: set[AgentID] = set()

@@ -13,10 +13,11 @@ from collections.abc import Callable
 from typing import Any
 
 from agora.master.allocator import Allocator
-from agora.master.core import agents, frameworks, launch, offers, operator, tasks
+from agora.master.core import agents, frameworks, launch, offers, operator, recovery, tasks
 from agora.master.core.actions import Action, Peer
 from agora.master.core.config import MasterConfig
 from agora.master.core.state import Agent, AgentStatus, Framework, MasterState
+from agora.master.registry import Registry
 from agora.sdk.messages import (
     Accept,
     Acknowledge,
@@ -79,15 +80,24 @@ class Master:
     """The master's state machine (sans-IO)."""
 
     def __init__(
-        self, config: MasterConfig | None = None, allocator: Allocator | None = None
+        self,
+        config: MasterConfig | None = None,
+        allocator: Allocator | None = None,
+        *,
+        registry: Registry | None = None,
+        now: float = 0.0,
     ) -> None:
+        """A core for one term. ``registry``: the replicated registry as of this master's
+        election (shared with the daemon, which applies committed operations to it); agents and
+        frameworks in it are expected back, and allocation waits for them (see ``recovery``)."""
         cfg = config or MasterConfig()
         alloc = allocator or Allocator(cfg.allocator)
         for role, weight in cfg.weights.items():
             alloc.set_weight(role, weight)
         for role, (guarantee, limit) in cfg.quotas.items():
             alloc.set_quota(role, guarantee, limit)
-        self._st = MasterState(config=cfg, allocator=alloc)
+        self._st = MasterState(config=cfg, allocator=alloc, registry=registry or Registry())
+        recovery.activate(self._st, now)
 
     @property
     def state(self) -> MasterState:
@@ -140,6 +150,21 @@ class Master:
             )
         return self._finish(now, allocate)
 
+    def committed(self, seq: int, now: float) -> list[Action]:
+        """The registry operation of ``Propose(seq)`` is committed (and applied to the registry):
+        let it take effect."""
+        pending = self._st.pending.pop(seq, None)
+        if pending is not None and pending.then is not None:
+            pending.then(now)
+        return self._finish(now)
+
+    def abandoned(self, seq: int, now: float) -> list[Action]:
+        """``Propose(seq)`` will not commit under this core: its change never takes effect."""
+        pending = self._st.pending.pop(seq, None)
+        if pending is not None and pending.abandon is not None:
+            pending.abandon()
+        return self._finish(now)
+
     def disconnected(self, peer: Peer, now: float) -> list[Action]:
         """The transport lost ``peer`` (a scheduler's connection closed or timed out)."""
         frameworks.disconnect(self._st, peer, now)
@@ -153,6 +178,7 @@ class Master:
             st.next_ping_at = now + cfg.agent_ping_interval
             agents.ping_agents(st, now)
             agents.gc_unreachable(st, now)
+        recovery.expire_recovery(st, now)
         frameworks.expire_failovers(st, now)
         offers.expire_offers(st, now)
         offers.expire_gangs(st, now)
@@ -160,7 +186,9 @@ class Master:
             st.next_heartbeat_at = now + cfg.heartbeat_interval
             for framework_id in list(st.frameworks):
                 st.send_framework(framework_id, Heartbeat())
-        if st.full_allocation_due or now >= st.next_batch_at:
+        if not recovery.allocation_allowed(st, now):
+            pass  # after a failover: wait for the agents to come back (see recovery)
+        elif st.full_allocation_due or now >= st.next_batch_at:
             st.full_allocation_due = False
             st.next_batch_at = now + cfg.allocation_interval
             st.dirty_agents.clear()
@@ -181,7 +209,7 @@ class Master:
     def _finish(self, now: float, allocate: bool = True) -> list[Action]:
         """Event-triggered allocation on agents whose free resources changed, then drain."""
         st = self._st
-        if allocate and st.dirty_agents:
+        if allocate and st.dirty_agents and recovery.allocation_allowed(st, now):
             dirty = sorted(st.dirty_agents)
             st.dirty_agents.clear()
             offers.allocate(st, now, dirty)

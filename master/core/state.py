@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import enum
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from agora.master.allocator import Allocator
-from agora.master.core.actions import Action, Peer, Send
+from agora.master.core.actions import Action, Peer, Propose, Send
 from agora.master.core.config import MasterConfig
+from agora.master.registry import Operation, Registry
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, GangID, OfferID, TaskID
 from agora.sdk.messages import (
     AgentInfo,
@@ -121,6 +123,15 @@ class OutstandingOffer:
     bundle: tuple[OfferID, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """A proposed registry operation and what to do once it commits (or cannot)."""
+
+    op: Operation
+    then: Callable[[float], None] | None
+    abandon: Callable[[], object] | None
+
+
 @dataclass(slots=True)
 class MasterState:
     config: MasterConfig
@@ -145,7 +156,26 @@ class MasterState:
     next_batch_at: float = 0.0
     next_ping_at: float = 0.0
     next_heartbeat_at: float = 0.0
+    #: The replicated registry (read-only here: committed operations change it).
+    registry: Registry = field(default_factory=Registry)
+    #: Proposed registry operations awaiting commit: seq -> what to do then.
+    pending: dict[int, Pending] = field(default_factory=dict)
+    #: Agents with a registry change in flight (admission, unreachable, removal): nothing else
+    #: about them is started until it commits. Peers whose registration is being admitted.
+    busy_agents: set[AgentID] = field(default_factory=set)
+    registering_peers: dict[Peer, AgentID] = field(default_factory=dict)
+    busy_frameworks: set[FrameworkID] = field(default_factory=set)
+    subscribing_peers: dict[Peer, FrameworkID] = field(default_factory=dict)
+    #: After a failover: registry agents not back yet, and when the wait for them ends.
+    recovering_agents: set[AgentID] = field(default_factory=set)
+    recovery_expected: int = 0
+    recovery_deadline: float | None = None
+    #: No allocation before this time (unless enough agents are back); None: allocate.
+    allocation_held_until: float | None = None
+    #: Registry frameworks not re-subscribed yet -> when their failover timeout ends.
+    absent_frameworks: dict[FrameworkID, float] = field(default_factory=dict)
     _serial: int = 0
+    _proposals: int = 0
 
     # --- ids ---------------------------------------------------------------------------
     def mint(self, kind: str) -> str:
@@ -157,6 +187,30 @@ class MasterState:
     def master_info(self) -> MasterInfo:
         c = self.config
         return MasterInfo(master_id=c.master_id, address=c.address, epoch=c.epoch)
+
+    # --- registry ----------------------------------------------------------------------
+    def propose(
+        self,
+        op: Operation,
+        then: Callable[[float], None] | None = None,
+        abandon: Callable[[], object] | None = None,
+        *,
+        now: float,
+    ) -> None:
+        """Change the registry; ``then(now)`` runs once the change is committed.
+
+        Replicated, the daemon gets a ``Propose`` and reports back through ``Master.committed``
+        (or ``abandoned``: then ``abandon()`` runs and the change never takes effect here).
+        Otherwise the change is applied and ``then`` runs at once.
+        """
+        if not self.config.replicated:
+            self.registry.apply(op)
+            if then is not None:
+                then(now)
+            return
+        self._proposals += 1
+        self.pending[self._proposals] = Pending(op, then, abandon)
+        self.outbox.append(Propose(self._proposals, op))
 
     # --- sending -----------------------------------------------------------------------
     def send(self, to: Peer, message: Message) -> None:

@@ -18,6 +18,7 @@ __all__ = [
     "AgentSummary",
     "FrameworkSummary",
     "GetState",
+    "MasterMember",
     "OperatorKill",
     "StateReply",
     "TaskSummary",
@@ -77,6 +78,19 @@ class GetState(Message):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class MasterMember(Record):
+    """One master of the group as the leader sees it."""
+
+    address: ShortStr
+    #: "leader" or "standby".
+    role: ShortStr
+    #: The leader heard from it within an election timeout.
+    reachable: bool = True
+    #: Seconds since the leader last heard from it (0 for the leader itself; None: never).
+    last_contact: Annotated[float, Range(0)] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StateReply(Message):
     NAME: ClassVar[str] = "STATE"
     master_info: MasterInfo
@@ -84,6 +98,8 @@ class StateReply(Message):
     frameworks: Annotated[tuple[FrameworkSummary, ...], MaxItems(_MANY)] = ()
     #: Live tasks, then the completed ones the master still remembers.
     tasks: Annotated[tuple[TaskSummary, ...], MaxItems(_MANY)] = ()
+    #: The election group (empty from a master that runs without one).
+    masters: Annotated[tuple[MasterMember, ...], MaxItems(16)] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

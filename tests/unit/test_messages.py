@@ -106,8 +106,24 @@ SPEC_FIELDS: dict[str, tuple[str, ...]] = {
     "LAUNCH_TASK": ("framework_id", "task"),
     "LAUNCH_GROUP": ("framework_id", "executor", "task_group"),
     "GET_STATE": (),
-    "STATE": ("master_info", "agents", "frameworks", "tasks"),
+    "STATE": ("master_info", "agents", "frameworks", "tasks", "masters"),
     "OPERATOR_KILL": ("task_id", "framework_id"),
+    "RAFT_VOTE": ("sender", "term", "last_log_index", "last_log_term", "pre_vote"),
+    "RAFT_VOTE_REPLY": ("sender", "term", "granted", "pre_vote"),
+    "RAFT_APPEND": (
+        "sender",
+        "term",
+        "prev_log_index",
+        "prev_log_term",
+        "entries",
+        "leader_commit",
+        "seq",
+    ),
+    "RAFT_APPEND_REPLY": ("sender", "term", "success", "match_index", "seq"),
+    "RAFT_SNAPSHOT": ("sender", "term", "last_index", "last_term", "data", "seq"),
+    "RAFT_SNAPSHOT_REPLY": ("sender", "term", "match_index", "seq"),
+    "DETECT_LEADER": (),
+    "LEADER": ("responder", "leader", "epoch", "masters"),
 }
 
 SPEC_RECORD_FIELDS: dict[str, tuple[str, ...]] = {

@@ -1,0 +1,63 @@
+"""A new leader's first seconds: who is expected back, when to start offering, who is late.
+
+A master core starts from the registry it was elected with. Agents admitted there are expected to
+re-register; allocation waits until ``recovery_agent_share`` of them are back or
+``recovery_hold_off`` has passed, so the first offers are not made from a half-known cluster.
+Agents still missing after ``agent_reregister_timeout`` are recorded unreachable in the registry
+(without status updates: frameworks learn by reconciling, as in Mesos). Frameworks of the registry
+get their ``failover_timeout`` from activation to re-subscribe.
+"""
+
+from __future__ import annotations
+
+from agora.master.core.state import MasterState
+from agora.master.registry import MarkUnreachable
+
+__all__ = ["activate", "allocation_allowed", "expire_recovery"]
+
+
+def activate(st: MasterState, now: float) -> None:
+    """Seed the soft state from the registry (called once, when the core is made)."""
+    reg = st.registry
+    cfg = st.config
+    st.removed_agents.update(reg.removed_agents)
+    st.removed_frameworks.update(reg.removed_frameworks)
+    for role, weight in reg.weights.items():
+        st.allocator.set_weight(role, weight)
+    for role, quota in reg.quotas.items():
+        st.allocator.set_quota(role, quota.guarantee, quota.limit)
+    st.recovering_agents = {entry.agent_id for entry in reg.admitted()}
+    st.recovery_expected = len(st.recovering_agents)
+    if st.recovering_agents:
+        st.allocation_held_until = now + cfg.recovery_hold_off
+        st.recovery_deadline = now + cfg.agent_reregister_timeout
+    st.absent_frameworks = {
+        fid: now + entry.failover_timeout for fid, entry in sorted(reg.frameworks.items())
+    }
+
+
+def allocation_allowed(st: MasterState, now: float) -> bool:
+    """False while the hold-off after activation lasts and too few agents are back."""
+    held = st.allocation_held_until
+    if held is None:
+        return True
+    expected = st.recovery_expected or 1
+    back = expected - len(st.recovering_agents)
+    if now >= held or back / expected >= st.config.recovery_agent_share:
+        st.allocation_held_until = None
+        st.full_allocation_due = True
+        return True
+    return False
+
+
+def expire_recovery(st: MasterState, now: float) -> None:
+    """Agents of the registry that never came back are unreachable, through a commit."""
+    deadline = st.recovery_deadline
+    if deadline is None or now < deadline:
+        return
+    st.recovery_deadline = None
+    late, st.recovering_agents = sorted(st.recovering_agents), set()
+    for agent_id in late:
+        if agent_id in st.agents or agent_id in st.busy_agents:
+            continue
+        st.propose(MarkUnreachable(agent_id=agent_id, time=now), now=now)
