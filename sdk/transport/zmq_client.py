@@ -123,6 +123,13 @@ class ZmqClient:
     async def send(self, message: Message, epoch: int = 0) -> None:
         await self._io.send(encode(message, epoch=epoch))
 
+    def try_send(self, message: Message, epoch: int = 0) -> bool:
+        """Queue ``message`` without waiting; False (the message is dropped) when the queue is at
+        its high-water mark. For senders that must never block and retry on their own (Raft).
+        Raises :class:`ProtocolError` when ``message`` breaks its schema, :class:`TransportClosed`
+        once closed."""
+        return self._io.send_nowait(encode(message, epoch=epoch))
+
     async def _watch(self) -> None:
         while True:
             try:
