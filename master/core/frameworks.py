@@ -49,8 +49,8 @@ def authorized(st: MasterState, sender: Peer, framework_id: FrameworkID) -> Fram
     other than the subscribed one changes nothing.
     """
     fw = st.frameworks.get(framework_id)
-    if fw is None:
-        if framework_id in st.removed_frameworks:
+    if fw is None or framework_id in st.removing_frameworks:
+        if fw is not None or framework_id in st.removed_frameworks:
             _error(st, sender, ErrorCode.FRAMEWORK_REMOVED, f"framework {framework_id} was removed")
         else:
             _error(
@@ -290,19 +290,19 @@ def remove_framework(st: MasterState, fw: Framework, now: float) -> None:
     if framework_id in st.busy_frameworks:
         return
     st.busy_frameworks.add(framework_id)
+    st.removing_frameworks.add(framework_id)
+
+    def settled() -> None:
+        st.busy_frameworks.discard(framework_id)
+        st.removing_frameworks.discard(framework_id)
 
     def removed(now: float) -> None:
-        st.busy_frameworks.discard(framework_id)
+        settled()
         current = st.frameworks.get(framework_id)
         if current is not None:
             _remove_now(st, current, now)
 
-    st.propose(
-        RemoveFramework(framework_id=framework_id),
-        removed,
-        lambda: st.busy_frameworks.discard(framework_id),
-        now=now,
-    )
+    st.propose(RemoveFramework(framework_id=framework_id), removed, settled, now=now)
 
 
 def _remove_now(st: MasterState, fw: Framework, now: float) -> None:

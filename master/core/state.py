@@ -165,6 +165,8 @@ class MasterState:
     busy_agents: set[AgentID] = field(default_factory=set)
     registering_peers: dict[Peer, AgentID] = field(default_factory=dict)
     busy_frameworks: set[FrameworkID] = field(default_factory=set)
+    #: Frameworks whose removal is committing: their calls are refused as if already removed.
+    removing_frameworks: set[FrameworkID] = field(default_factory=set)
     subscribing_peers: dict[Peer, FrameworkID] = field(default_factory=dict)
     #: After a failover: registry agents not back yet, and when the wait for them ends.
     recovering_agents: set[AgentID] = field(default_factory=set)

@@ -31,6 +31,7 @@ from typing import Any
 
 from agora.master.allocator import Allocator, AllocatorError
 from agora.master.core import MasterConfig
+from agora.sdk.discovery import parse_masters
 from agora.sdk.logs import LOG_FORMATS, LOG_LEVELS
 from agora.sdk.resources import ResourceError, Resources
 from agora.sdk.settings import (
@@ -101,6 +102,31 @@ def _path(text: str) -> Path:
     if not text:
         raise ValueError("expected a path")
     return Path(text).expanduser()
+
+
+def non_negative_seconds(text: str) -> float:
+    out: float = parse_duration(text)
+    if out < 0:
+        raise ValueError("expected a duration >= 0")
+    return out
+
+
+def _share(text: str) -> float:
+    try:
+        out = float(text.strip())
+    except ValueError:
+        raise ValueError("expected a number between 0 and 1") from None
+    if not 0.0 <= out <= 1.0:
+        raise ValueError("expected a number between 0 and 1")
+    return out
+
+
+def _masters(text: str) -> tuple[str, ...]:
+    return parse_masters(text) if text.strip() else ()
+
+
+def _optional_endpoint(text: str) -> str | None:
+    return _masters(text)[0] if text.strip() else None
 
 
 def _optional_port(text: str) -> int | None:
@@ -197,6 +223,55 @@ OPTIONS: tuple[Option, ...] = (
         "default: off); with --endpoint-file, its URL goes to <endpoint-file>.http",
     ),
     Option("http_bind", _host, "127.0.0.1", "host/address the operator HTTP API listens on"),
+    Option(
+        "masters",
+        _masters,
+        (),
+        "every master of the election group, this one included: tcp://h1:5050,tcp://h2:5050,... "
+        "(1, 3 or 5; default: this master alone)",
+    ),
+    Option(
+        "advertise",
+        _optional_endpoint,
+        None,
+        "this master's endpoint as written in --masters (default: the bound endpoint)",
+    ),
+    Option(
+        "election_timeout",
+        positive_seconds,
+        1.0,
+        "T: a standby that hears no leader for a random time in [T, 2T) starts an election",
+    ),
+    Option(
+        "election_heartbeat",
+        positive_seconds,
+        0.1,
+        "how often the leader heartbeats the other masters",
+    ),
+    Option(
+        "agent_reregister_timeout",
+        positive_seconds,
+        600.0,
+        "after a failover, agents not back this long are marked unreachable",
+    ),
+    Option(
+        "recovery_hold_off",
+        non_negative_seconds,
+        2.0,
+        "after a failover, offers wait this long unless --recovery-agent-share agents are back",
+    ),
+    Option(
+        "recovery_agent_share",
+        _share,
+        0.8,
+        "after a failover, offers start once this share of the registry's agents is back",
+    ),
+    Option(
+        "history",
+        _optional_path,
+        None,
+        "append a JSONL history of terms, leadership and commits here (for the fault suite)",
+    ),
     Option("allocation_interval", positive_seconds, 1.0, "seconds between batch allocations"),
     Option(
         "offer_timeout",
@@ -268,6 +343,12 @@ class DaemonSettings:
     #: The operator HTTP API's port (0: ephemeral), or None for none.
     http_port: int | None = None
     http_bind: str = "127.0.0.1"
+    #: The election group (empty: this master alone) and this master's name in it.
+    masters: tuple[str, ...] = ()
+    advertise: str | None = None
+    election_timeout: float = 1.0
+    election_heartbeat: float = 0.1
+    history: Path | None = None
 
     @property
     def curve(self) -> bool:
@@ -297,8 +378,19 @@ def settings_from(values: Mapping[str, Any]) -> DaemonSettings:
         roles=values["roles"],
         weights=dict(values["weights"]),
         quotas=quotas,
+        agent_reregister_timeout=values["agent_reregister_timeout"],
+        recovery_hold_off=values["recovery_hold_off"],
+        recovery_agent_share=values["recovery_agent_share"],
     )
     _check_roles(master)
+    masters: tuple[str, ...] = values["masters"]
+    advertise: str | None = values["advertise"]
+    if masters and len(masters) not in (1, 3, 5):
+        raise ConfigError(f"--masters lists {len(masters)} masters; use 1, 3 or 5")
+    if masters and advertise is not None and advertise not in masters:
+        raise ConfigError(f"--advertise {advertise} is not one of --masters")
+    if values["election_heartbeat"] * 2 > values["election_timeout"]:
+        raise ConfigError("--election-heartbeat must be at most half of --election-timeout")
     secret: Path | None = values["curve_secret_key"]
     authorized: Path | None = values["curve_authorized_keys"]
     acl: Path | None = values["acl"]
@@ -317,6 +409,11 @@ def settings_from(values: Mapping[str, Any]) -> DaemonSettings:
         curve_secret_key=secret,
         curve_authorized_keys=authorized,
         acl=acl,
+        masters=masters,
+        advertise=advertise,
+        election_timeout=values["election_timeout"],
+        election_heartbeat=values["election_heartbeat"],
+        history=values["history"],
     )
 
 

@@ -13,12 +13,13 @@ of its timers are relative. Peer liveness uses the monotonic clock.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import fcntl
 import os
 import signal
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final
@@ -26,25 +27,42 @@ from typing import IO, TYPE_CHECKING, Any, Final
 import structlog
 import zmq
 from agora.master.core import Master, Send
+from agora.master.core.actions import Action, Propose
+from agora.master.election.storage import StorageError
+from agora.master.election.types import RaftConfig
 from agora.master.server.config import DaemonSettings
+from agora.master.server.leadership import Leadership
 from agora.master.server.stats import DaemonStats
 from agora.sdk.errors import ProtocolError
+from agora.sdk.history import History
 from agora.sdk.messages import (
     AgentRegistered,
     AgentReregistered,
+    AppendEntries,
+    AppendReply,
+    DetectLeader,
     Error,
     ErrorCode,
     Heartbeat,
+    InstallSnapshot,
+    LeaderInfo,
     Message,
+    Offers,
     RegisterAgent,
     ReregisterAgent,
+    RunTask,
+    RunTaskGroup,
+    SnapshotReply,
+    StateReply,
     Subscribe,
     Subscribed,
     Teardown,
     UnregisterAgent,
+    VoteReply,
+    VoteRequest,
 )
 from agora.sdk.messages.operator import OperatorKill
-from agora.sdk.transport import Acl, CurveServer, Received, Server, ZmqServer
+from agora.sdk.transport import Acl, CurveClient, CurveServer, Received, Server, ZmqServer
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -55,6 +73,17 @@ log = structlog.get_logger(__name__)
 
 #: Frames handled per receive turn before yielding to the ticker.
 MAX_BATCH: Final = 1024
+#: Client messages held while a leader's lease lapses (beyond this, the oldest are dropped:
+#: clients retry what matters).
+MAX_HELD: Final = 100_000
+_ELECTION: Final = (
+    VoteRequest,
+    VoteReply,
+    AppendEntries,
+    AppendReply,
+    InstallSnapshot,
+    SnapshotReply,
+)
 
 
 class MasterDaemon:
@@ -62,7 +91,7 @@ class MasterDaemon:
 
     def __init__(
         self,
-        core: Master,
+        core: Master | None,
         server: Server,
         *,
         tick_interval: float,
@@ -72,9 +101,21 @@ class MasterDaemon:
         clock: Callable[[], float] = time.time,
         debug: bool = False,
         stats: DaemonStats | None = None,
+        leadership: Leadership | None = None,
+        history: History | None = None,
     ) -> None:
-        """``authenticated``: CURVE is on, so every frame carries the sender's principal."""
+        """``authenticated``: CURVE is on, so every frame carries the sender's principal.
+
+        With ``leadership`` the core is the one of the term this master leads (None while it
+        stands by) and follows :meth:`leadership_changed`; without, ``core`` is fixed."""
         self._core = core
+        self._leadership = leadership
+        self._history = history if history is not None else History(None, "master")
+        #: Peers that sent election traffic (other masters' links to us): never announced to.
+        self._election_peers: set[str] = set()
+        #: Client messages that arrived while the lease had lapsed, in arrival order.
+        self._held: collections.deque[Received] = collections.deque(maxlen=MAX_HELD)
+        self._background: set[asyncio.Task[None]] = set()
         self._server = server
         self._tick_interval = tick_interval
         self._peer_timeout = peer_timeout
@@ -90,9 +131,49 @@ class MasterDaemon:
         #: peer -> monotonic time of its last frame; insertion order = least recently heard first.
         self._last_seen: dict[str, float] = {}
 
+    def attach(self, leadership: Leadership) -> None:
+        """Follow ``leadership``: the core becomes the one of the term this master leads."""
+        self._leadership = leadership
+        self._core = leadership.core
+
+    def leader_json(self) -> dict[str, Any]:
+        """Where the leader is, for the operator API."""
+        if self._leadership is None:
+            return {}
+        info = self._leadership.leader_info()
+        return {"leader": info.leader, "epoch": info.epoch, "masters": list(info.masters)}
+
     @property
-    def core(self) -> Master:
+    def core(self) -> Master | None:
+        """The core of the term this master leads; None on a standby."""
         return self._core
+
+    def leadership_changed(self) -> None:
+        """The leadership made a new core (activation) or dropped ours (lost the lead)."""
+        assert self._leadership is not None
+        new = self._leadership.core
+        if new is self._core:
+            return
+        self._core = new
+        self._held.clear()
+        self._spawn(self._announce(), "master-announce")
+
+    async def _announce(self) -> None:
+        """Tell every client we know where the leader is now (a push, so they need not poll)."""
+        assert self._leadership is not None
+        info = self._leadership.leader_info()
+        epoch = self._leadership.node.term
+        log.info("leader_announced", leader=info.leader, epoch=epoch)
+        for peer in list(self._last_seen):
+            if peer in self._election_peers:
+                continue
+            with contextlib.suppress(ProtocolError, zmq.ZMQError):
+                await self._server.send(peer, info, epoch)
+
+    def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.get_running_loop().create_task(work, name=name)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -117,9 +198,9 @@ class MasterDaemon:
                     log.error("master_loop_died", loop=task.get_name(), exc_info=exc)
                     rc = 1
         finally:
-            for task in everything:
+            for task in [*everything, *self._background]:
                 task.cancel()
-            await asyncio.gather(*everything, return_exceptions=True)
+            await asyncio.gather(*everything, *self._background, return_exceptions=True)
         return rc
 
     # ------------------------------------------------------------------ receiving
@@ -136,11 +217,13 @@ class MasterDaemon:
                     break
                 received = server.recv_nowait()
             # One event-triggered allocation for the whole burst, not one per message.
-            async with self._lock:
-                started = time.perf_counter()
-                actions = self._core.allocate_freed(self._clock())
-                self.stats.observe_allocation(time.perf_counter() - started)
-                await self._perform(actions)
+            core = self._acting_core()
+            if core is not None:
+                async with self._lock:
+                    started = time.perf_counter()
+                    actions = core.allocate_freed(self._clock())
+                    self.stats.observe_allocation(time.perf_counter() - started)
+                    await self._perform(actions)
             if handled >= MAX_BATCH:
                 await asyncio.sleep(0)  # let the ticker run under a sustained burst
 
@@ -157,6 +240,61 @@ class MasterDaemon:
         self.stats.messages_received += 1
         if type(message) is Heartbeat:
             return  # liveness only
+        if isinstance(message, _ELECTION):
+            self._election(peer, message, received.principal)
+            return
+        if type(message) is DetectLeader:
+            await self._answer_leader(peer)
+            return
+        if self._core is None:
+            await self._answer_leader(peer)  # a standby serves no client call
+            return
+        if self._acting_core() is None:
+            self._held.append(received)  # the lease lapsed: act on it once renewed, or never
+            return
+        await self._handle(received, message)
+
+    def _acting_core(self) -> Master | None:
+        """The core, if this master may act now: it leads and (in a group) holds its lease."""
+        core = self._core
+        if core is None or self._leadership is None:
+            return core
+        return core if self._leadership.lease_valid() else None
+
+    def _election(self, peer: str, message: Message, principal: str | None) -> None:
+        if self._leadership is None:
+            return
+        if self._authenticated and (
+            principal is None or (self._acl is not None and not self._acl.may_elect(principal))
+        ):
+            log.warning("election_traffic_refused", peer=peer, principal=principal)
+            return
+        self._election_peers.add(peer)
+        self._leadership.receive(message)
+
+    async def _answer_leader(self, peer: str) -> None:
+        if self._leadership is not None:
+            info = self._leadership.leader_info()
+            epoch = self._leadership.node.term
+        else:
+            assert self._core is not None
+            endpoint = self._core.state.config.address
+            epoch = self._core.epoch
+            info = LeaderInfo(responder=endpoint, leader=endpoint, epoch=epoch, masters=(endpoint,))
+        with contextlib.suppress(ProtocolError, zmq.ZMQError):
+            await self._server.send(peer, info, epoch)
+
+    async def _release_held(self) -> None:
+        """Act on client messages held while the lease had lapsed, now that it holds again."""
+        while self._held and self._acting_core() is not None:
+            received = self._held.popleft()
+            if received.message is not None:
+                await self._handle(received, received.message)
+
+    async def _handle(self, received: Received, message: Message) -> None:
+        peer = received.peer
+        core = self._core
+        assert core is not None
         if self._checked:
             checked = self._authorize(peer, message, received.principal)
             if isinstance(checked, Send):
@@ -170,7 +308,7 @@ class MasterDaemon:
             log.info(_LOGGED_CALLS[type(message)], peer=peer, **_fields(message))
         async with self._lock:
             try:
-                actions = self._core.handle(peer, message, self._clock(), allocate=False)
+                actions = core.handle(peer, message, self._clock(), allocate=False)
             except Exception:
                 log.exception("core_failed", peer=peer, message=message.NAME)
                 actions = [self._error(peer, ErrorCode.INTERNAL, f"{message.NAME} failed")]
@@ -219,7 +357,8 @@ class MasterDaemon:
         return self._error(peer, ErrorCode.FORBIDDEN, f"{message.NAME} forbidden: {why}")
 
     def _error(self, peer: str, code: ErrorCode, text: str) -> Send:
-        return Send(to=peer, message=Error(message=text, code=code), epoch=self._core.epoch)
+        epoch = self._core.epoch if self._core is not None else 0
+        return Send(to=peer, message=Error(message=text, code=code), epoch=epoch)
 
     # ------------------------------------------------------------------ timers
 
@@ -227,19 +366,39 @@ class MasterDaemon:
         interval = self._tick_interval
         while True:
             await asyncio.sleep(interval)
+            if self._leadership is not None and self._leadership.node.error is not None:
+                # The election state could not be made durable: voting on would risk safety.
+                raise RuntimeError(f"election halted: {self._leadership.node.error}")
+            if self._held:
+                await self._release_held()
+            core = self._acting_core()
+            if core is None:
+                self._forget_silent_peers()
+                continue
             async with self._lock:
                 now = self._clock()
                 started = time.perf_counter()
                 try:
-                    actions = self._core.tick(now)
+                    actions = core.tick(now)
                 except Exception:
                     log.exception("core_tick_failed")
                     actions = []
                 self.stats.observe_allocation(time.perf_counter() - started)
                 await self._perform(actions)
-                await self._expire_peers(now)
+                await self._expire_peers(core, now)
 
-    async def _expire_peers(self, now: float) -> None:
+    def _forget_silent_peers(self) -> None:
+        """On a standby, peers silent past the timeout are just forgotten."""
+        cutoff = time.monotonic() - self._peer_timeout
+        seen = self._last_seen
+        while seen:
+            peer, at = next(iter(seen.items()))
+            if at > cutoff:
+                break
+            del seen[peer]
+            self._election_peers.discard(peer)
+
+    async def _expire_peers(self, core: Master, now: float) -> None:
         seen = self._last_seen
         if not seen:
             return
@@ -253,8 +412,9 @@ class MasterDaemon:
             del seen[peer]
             if self._debug:
                 log.debug("peer_silent", peer=peer)
+            self._election_peers.discard(peer)
             try:
-                actions = self._core.disconnected(peer, now)
+                actions = core.disconnected(peer, now)
             except Exception:
                 log.exception("core_disconnected_failed", peer=peer)
                 continue
@@ -262,10 +422,18 @@ class MasterDaemon:
 
     # ------------------------------------------------------------------ sending
 
-    async def _perform(self, actions: Iterable[Send]) -> None:
+    async def _perform(self, actions: Iterable[Action]) -> None:
         send = self._server.send
+        history = self._history
         for action in actions:
+            if isinstance(action, Propose):
+                self._spawn(self._propose(action), "master-propose")
+                continue
             message = action.message
+            if history.enabled and isinstance(message, Offers | RunTask | RunTaskGroup):
+                history.record("acting", term=action.epoch, until=self._lease_until())
+            if isinstance(message, StateReply) and self._leadership is not None:
+                message = replace(message, masters=self._leadership.members())
             if type(message) in _LOGGED_EVENTS:
                 self._log_event(action)
             try:
@@ -276,10 +444,33 @@ class MasterDaemon:
             if not delivered and self._debug:
                 log.debug("undeliverable", peer=action.to, message=message.NAME)
 
+    async def _propose(self, action: Propose) -> None:
+        """Replicate one registry change, then let the core that asked act on the outcome."""
+        assert self._leadership is not None
+        core = self._core
+        committed = await self._leadership.propose(action.op)
+        async with self._lock:
+            if core is None or core is not self._core:
+                return  # that term's core is gone; the next leader starts from the registry
+            now = self._clock()
+            if committed:
+                actions = core.committed(action.seq, now)
+            else:
+                actions = core.abandoned(action.seq, now)
+            await self._perform(actions)
+
+    def _lease_until(self) -> int:
+        """Monotonic ns until which this leader's lease lets it act (for the history)."""
+        assert self._leadership is not None
+        return self._leadership.lease_until_ns()
+
     def _log_event(self, action: Send) -> None:
         message = action.message
+        core = self._core
+        if core is None:
+            return
         if isinstance(message, AgentRegistered | AgentReregistered):
-            agent = self._core.state.agents.get(message.agent_id)
+            agent = core.state.agents.get(message.agent_id)
             log.info(
                 _LOGGED_EVENTS[type(message)],
                 agent_id=message.agent_id,
@@ -287,7 +478,7 @@ class MasterDaemon:
                 peer=action.to,
             )
         elif isinstance(message, Subscribed):
-            fw = self._core.state.frameworks.get(message.framework_id)
+            fw = core.state.frameworks.get(message.framework_id)
             log.info(
                 "framework_subscribed",
                 framework_id=message.framework_id,
@@ -352,17 +543,46 @@ async def _serve_locked(settings: DaemonSettings) -> int:
         return 1
     endpoint_file = settings.endpoint_file
     http: web.AppRunner | None = None
+    history = History(settings.history, settings.advertise or server.endpoint)
+    leadership: Leadership | None = None
     try:
         config = replace(settings.master, address=server.endpoint)
+        me = settings.advertise or server.endpoint
+        masters = settings.masters or (me,)
+        if me not in masters:
+            log.error("not_a_member", advertise=me, masters=list(masters))
+            return 1
         daemon = MasterDaemon(
-            Master(config),
+            None,
             server,
             tick_interval=settings.tick_interval,
             peer_timeout=settings.peer_timeout,
             acl=acl,
             authenticated=curve is not None,
             debug=settings.log_level == "debug",
+            history=history,
         )
+        raft = RaftConfig(
+            node_id=me,
+            members=masters,
+            heartbeat_interval=settings.election_heartbeat,
+            election_timeout=settings.election_timeout,
+        )
+        leadership = Leadership(
+            replace(config, master_id=me),
+            raft,
+            settings.work_dir,
+            on_change=daemon.leadership_changed,
+            history=history,
+            curve=_peer_curve(settings) if curve is not None else None,
+            source_host=_host_of(me) if len(masters) > 1 else None,
+        )
+        daemon.attach(leadership)
+        try:
+            await leadership.start()
+        except (OSError, ValueError, StorageError) as exc:
+            log.error("election_state_unusable", work_dir=str(settings.work_dir), error=str(exc))
+            return 1
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, daemon.stop)
@@ -371,7 +591,7 @@ async def _serve_locked(settings: DaemonSettings) -> int:
             from agora.master.server.http import make_app, start_http
 
             try:
-                app = make_app(daemon.core, daemon.stats)
+                app = make_app(lambda: daemon.core, daemon.stats, daemon.leader_json)
                 http, http_url = await start_http(app, settings.http_bind, settings.http_port)
             except OSError as exc:
                 log.error(
@@ -390,8 +610,8 @@ async def _serve_locked(settings: DaemonSettings) -> int:
         log.info(
             "master_bound",
             endpoint=server.endpoint,
-            master_id=config.master_id,
-            epoch=config.epoch,
+            master_id=me,
+            masters=list(masters),
             curve=curve is not None,
             acl=str(settings.acl) if settings.acl is not None else None,
             work_dir=str(settings.work_dir),
@@ -404,16 +624,35 @@ async def _serve_locked(settings: DaemonSettings) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
+        if leadership is not None:
+            await leadership.stop()
         if http is not None:
             try:
                 await http.cleanup()
             except Exception:
                 log.exception("http_shutdown_failed")
         server.close()
+        history.close()
         if endpoint_file is not None:
             for path in (endpoint_file, _http_file(endpoint_file)):
                 with contextlib.suppress(OSError):
                     path.unlink()
+
+
+def _host_of(endpoint: str) -> str | None:
+    """The host of ``tcp://host:port`` (outgoing election links bind to it), else None."""
+    if not endpoint.startswith("tcp://"):
+        return None
+    host = endpoint.removeprefix("tcp://").rpartition(":")[0].strip("[]")
+    return None if host in ("", "*", "0.0.0.0", "::") else host
+
+
+def _peer_curve(settings: DaemonSettings) -> CurveClient:
+    """CURVE credentials for links to the other masters. The masters of one group share one key
+    pair (deploy/README.md): each connects to the others with it, as client and as server key,
+    and its public half sits among every master's authorized keys under the ACL's masters."""
+    assert settings.curve_secret_key is not None
+    return CurveClient(settings.curve_secret_key, settings.curve_secret_key)
 
 
 def _lock_work_dir(work_dir: Path) -> IO[str]:

@@ -11,6 +11,7 @@ Served by aiohttp in the daemon's own event loop. Handlers read the core synchro
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from agora.master.allocator import AllocatorError
@@ -139,18 +140,32 @@ def _usage(u: ContainerUsage) -> dict[str, Any]:
     }
 
 
-def make_app(core: Master, stats: DaemonStats) -> web.Application:
-    """The operator app around ``core``; metrics go to a registry of this app's own."""
+def make_app(
+    core: Callable[[], Master | None],
+    stats: DaemonStats,
+    leader: Callable[[], dict[str, Any]] | None = None,
+) -> web.Application:
+    """The operator app around the current core (None on a standby, which answers /state with
+    503 and ``leader()``: where the leader is); metrics go to a registry of this app's own."""
     registry = make_registry(core, stats)
 
+    def _standby() -> web.StreamResponse:
+        body = {"error": "this master is not the leader", **(leader() if leader else {})}
+        return web.json_response(body, status=503)
+
     async def health(_: web.Request) -> web.StreamResponse:
-        return web.json_response({"status": "ok"})
+        body: dict[str, Any] = {"status": "ok", "leading": core() is not None}
+        if leader is not None:
+            body.update(leader())
+        return web.json_response(body)
 
     async def state(_: web.Request) -> web.StreamResponse:
-        return web.json_response(state_json(core, stats))
+        current = core()
+        return _standby() if current is None else web.json_response(state_json(current, stats))
 
     async def summary(_: web.Request) -> web.StreamResponse:
-        return web.json_response(summary_json(core))
+        current = core()
+        return _standby() if current is None else web.json_response(summary_json(current))
 
     async def metrics(_: web.Request) -> web.StreamResponse:
         body = generate_latest(registry)

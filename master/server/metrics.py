@@ -7,7 +7,7 @@ process-global one), so two masters in one process do not mix their metrics.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from agora.master.core import Master
@@ -86,18 +86,31 @@ def _add(into: dict[str, int], amounts: dict[str, int], sign: int) -> None:
 class MasterCollector(Collector):
     """Reads the core and the daemon's counters at each scrape."""
 
-    def __init__(self, core: Master, stats: DaemonStats) -> None:
+    def __init__(self, core: Callable[[], Master | None], stats: DaemonStats) -> None:
         self._core = core
         self._stats = stats
 
     def collect(self) -> Iterator[Metric]:
         stats = self._stats
-        counts = count(self._core)
-        yield _gauge("agora_master_elected", "1 if this master is the leader", 1)
+        core = self._core()
+        yield _gauge("agora_master_elected", "1 if this master is the leader", core is not None)
         yield _gauge(
             "agora_master_uptime_seconds", "seconds since the daemon started", stats.uptime()
         )
-        yield _gauge("agora_master_epoch", "the master's epoch (election term)", self._core.epoch)
+        yield CounterMetricFamily(
+            "agora_master_messages_received", "messages received", stats.messages_received
+        )
+        yield CounterMetricFamily(
+            "agora_master_bad_frames_received",
+            "undecodable frames received",
+            stats.bad_frames_received,
+        )
+        if core is not None:  # a standby has no cluster state to count
+            yield from self._leader_metrics(core, stats)
+
+    def _leader_metrics(self, core: Master, stats: DaemonStats) -> Iterator[Metric]:
+        counts = count(core)
+        yield _gauge("agora_master_epoch", "the master's epoch (election term)", core.epoch)
         yield _gauge(
             "agora_master_agents_active", "registered, reachable agents", counts.agents["ACTIVE"]
         )
@@ -145,21 +158,13 @@ class MasterCollector(Collector):
             buckets=cumulative,
             sum_value=stats.allocation_sum,
         )
-        yield CounterMetricFamily(
-            "agora_master_messages_received", "messages received", stats.messages_received
-        )
-        yield CounterMetricFamily(
-            "agora_master_bad_frames_received",
-            "undecodable frames received",
-            stats.bad_frames_received,
-        )
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, doc, value=value)
 
 
-def make_registry(core: Master, stats: DaemonStats) -> CollectorRegistry:
+def make_registry(core: Callable[[], Master | None], stats: DaemonStats) -> CollectorRegistry:
     """A registry of the daemon's own, holding only the master's collector."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(MasterCollector(core, stats))

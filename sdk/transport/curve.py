@@ -137,6 +137,8 @@ class Acl:
     agents: frozenset[str] = frozenset({ANY})
     operators: frozenset[str] = frozenset({ANY})
     roles: Mapping[str, frozenset[str]] | None = field(default=None)
+    #: Principals that may send election traffic (other masters); in a file, missing means any.
+    masters: frozenset[str] = frozenset({ANY})
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Acl:
@@ -152,18 +154,23 @@ class Acl:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, source: str = "ACL") -> Acl:
-        unknown = sorted(set(data) - {"agents", "operators", "roles"})
+        unknown = sorted(set(data) - {"agents", "operators", "roles", "masters"})
         if unknown:
             raise AclError(f"{source}: unknown key(s) {', '.join(unknown)}")
         agents = _names(data.get("agents", [ANY]), f"{source}: agents")
         operators = _names(data.get("operators", []), f"{source}: operators")
+        masters = _names(data.get("masters", [ANY]), f"{source}: masters")
         table = data.get("roles")
         if table is None:
-            return cls(agents, operators, None)
+            return cls(agents, operators, None, masters)
         if not isinstance(table, dict):
             raise AclError(f"{source}: roles must be a table of principal = [roles]")
         roles = {str(k): _names(v, f"{source}: roles.{k}") for k, v in table.items()}
-        return cls(agents, operators, roles)
+        return cls(agents, operators, roles, masters)
+
+    def may_elect(self, principal: str | None) -> bool:
+        """May ``principal`` take part in the masters' election (send RAFT_* messages)?"""
+        return _allows(self.masters, principal)
 
     def may_register_agent(self, principal: str | None) -> bool:
         return _allows(self.agents, principal)

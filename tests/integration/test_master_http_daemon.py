@@ -98,7 +98,10 @@ def test_health_state_and_metrics_agree(tmp_path: Path) -> None:
             return health, state, metrics
 
         health, state, metrics = asyncio.run(asyncio.wait_for(scenario(), 30))
-        assert health == {"status": "ok"}
+        # A lone master leads its group of one, at epoch >= 1 (its term, kept in its work dir).
+        assert health["status"] == "ok" and health["leading"] is True
+        assert health["leader"] == master.endpoint and health["masters"] == [master.endpoint]
+        assert health["epoch"] >= 1
         assert state["master"]["address"] == master.endpoint
         assert [a["hostname"] for a in state["agents"]] == ["h1"]
         assert [f["name"] for f in state["frameworks"]] == ["fw"]

@@ -45,7 +45,7 @@ def _cluster() -> Harness:
 
 def _with_client(h: Harness, body: Callable[[TestClient[Any, Any]], Awaitable[T]]) -> T:
     async def run() -> T:
-        app = make_app(h.master, DaemonStats())
+        app = make_app(lambda: h.master, DaemonStats())
         async with TestClient(TestServer(app)) as client:
             return await asyncio.wait_for(body(client), timeout=10)
 
@@ -61,7 +61,7 @@ async def _get_json(client: TestClient[Any, Any], path: str, status: int = 200) 
 
 def test_health() -> None:
     got = _with_client(Harness(), lambda c: _get_json(c, "/health"))
-    assert got == {"status": "ok"}
+    assert got == {"status": "ok", "leading": True}
 
 
 def test_unknown_path_is_a_json_404() -> None:
@@ -138,7 +138,7 @@ def test_metrics_are_prometheus_text() -> None:
     stats.observe_allocation(5.0)
 
     async def run() -> str:
-        app = make_app(h.master, stats)
+        app = make_app(lambda: h.master, stats)
         async with TestClient(TestServer(app)) as client:
             resp = await client.get("/metrics")
             assert resp.status == 200
@@ -174,7 +174,7 @@ def test_two_apps_do_not_share_a_registry() -> None:
     async def run() -> tuple[str, str]:
         texts = []
         for h in (a, b):
-            async with TestClient(TestServer(make_app(h.master, DaemonStats()))) as client:
+            async with TestClient(TestServer(make_app(lambda: h.master, DaemonStats()))) as client:
                 texts.append(await (await client.get("/metrics")).text())
         return texts[0], texts[1]
 
@@ -200,7 +200,7 @@ def test_a_failing_handler_answers_500_and_the_app_keeps_serving() -> None:
 
     failed, health = _with_client(h, body)
     assert failed["error"] == "internal error"
-    assert health == {"status": "ok"}
+    assert health == {"status": "ok", "leading": True}
 
 
 def test_http_options() -> None:
