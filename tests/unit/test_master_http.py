@@ -174,7 +174,9 @@ def test_two_apps_do_not_share_a_registry() -> None:
     async def run() -> tuple[str, str]:
         texts = []
         for h in (a, b):
-            async with TestClient(TestServer(make_app(lambda: h.master, DaemonStats()))) as client:
+            async with TestClient(
+                TestServer(make_app(lambda h=h: h.master, DaemonStats()))
+            ) as client:
                 texts.append(await (await client.get("/metrics")).text())
         return texts[0], texts[1]
 
