@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
-__all__ = ["DEFAULT_MASTER", "agora_home", "master_address"]
+__all__ = ["DEFAULT_MASTER", "agora_home", "master_address", "parse_masters"]
 
 DEFAULT_MASTER: Final = "tcp://127.0.0.1:5050"
 
@@ -43,3 +43,36 @@ def master_address(explicit: str | None = None, *, environ: Mapping[str, str] | 
 def _normalize(address: str) -> str:
     address = address.strip()
     return address if "://" in address else f"tcp://{address}"
+
+
+def parse_masters(text: str) -> tuple[str, ...]:
+    """Master endpoints from a comma list (``"h1:5050,h2:5050"`` or ``"tcp://h1:5050,..."``).
+
+    Bare ``host:port`` items become ``tcp://host:port``; duplicates are dropped, order is kept.
+    Raises ValueError naming the bad item for an empty item, a missing host or a bad port.
+    """
+    if not text.strip():
+        raise ValueError("no master endpoints given")
+    endpoints: dict[str, None] = {}
+    for position, item in enumerate(text.split(","), start=1):
+        endpoints[_checked(item, position)] = None
+    return tuple(endpoints)
+
+
+def _checked(item: str, position: int) -> str:
+    if not item.strip():
+        raise ValueError(f"master endpoint {position} is empty")
+    endpoint = _normalize(item)
+    scheme, _, rest = endpoint.partition("://")
+    if scheme in ("ipc", "inproc"):
+        if not rest:
+            raise ValueError(f"master endpoint {item.strip()!r} has no path")
+        return endpoint
+    if scheme != "tcp":
+        raise ValueError(f"master endpoint {item.strip()!r}: unsupported scheme {scheme!r}")
+    host, colon, port = rest.rpartition(":")
+    if not colon or not host:
+        raise ValueError(f"master endpoint {item.strip()!r} needs host:port")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"master endpoint {item.strip()!r} has a bad port {port!r}")
+    return endpoint

@@ -10,6 +10,7 @@ from __future__ import annotations
 from agora.sdk.transport.base import Client, Received, Server, TransportClosed
 from agora.sdk.transport.curve import Acl, AclError, CurveClient, CurveServer, generate_keypair
 from agora.sdk.transport.inproc import InprocClient, InprocHub, InprocServer
+from agora.sdk.transport.master_link import MasterLink
 from agora.sdk.transport.zmq_client import ZmqClient
 from agora.sdk.transport.zmq_server import ZmqServer
 
@@ -22,6 +23,7 @@ __all__ = [
     "InprocClient",
     "InprocHub",
     "InprocServer",
+    "MasterLink",
     "Received",
     "Server",
     "TransportClosed",
