@@ -15,10 +15,11 @@ import asyncio
 import time
 from typing import TYPE_CHECKING
 
+from agora.sdk.discovery import parse_masters
 from agora.sdk.ids import FrameworkID, TaskID
 from agora.sdk.messages import Error, ErrorCode, Message
 from agora.sdk.messages.operator import GetState, OperatorKill, StateReply
-from agora.sdk.transport import ZmqClient
+from agora.sdk.transport import MasterLink
 
 if TYPE_CHECKING:
     from agora.sdk.transport.curve import CurveClient
@@ -80,9 +81,17 @@ class OperatorClient:
 
     async def _exchange(self, messages: tuple[Message, ...], timeout: float) -> StateReply:
         """Send ``messages``; the first ERROR raises, else the first STATE is the answer."""
-        client = ZmqClient.connect(self.master, curve=self._curve)
+        client = MasterLink.connect(parse_masters(self.master), curve=self._curve)
         deadline = time.monotonic() + timeout
         try:
+            try:
+                await client.wait_leader(timeout)
+            except TimeoutError:
+                why = client.handshake_error
+                detail = f" ({why})" if why else " (no master says it leads)"
+                raise TimeoutError(
+                    f"no answer from the master at {self.master} in {timeout}s{detail}"
+                ) from None
             for message in messages:
                 await client.send(message)
             while True:

@@ -149,7 +149,9 @@ class Agent:
         st = self._st
         if st.terminated or epoch < st.master_epoch:
             return self._finish()
-        st.master_epoch = epoch
+        if epoch > st.master_epoch:
+            st.master_epoch = epoch
+            st.dirty_agent = True  # checkpointed (fsync) before anything it says is acted on
         if isinstance(message, AgentRegistered):
             registration.on_registered(st, message, epoch, now)
             return self._finish()

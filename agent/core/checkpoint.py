@@ -14,8 +14,9 @@ task       ``fid`` + ``tid``       :class:`TaskRecord`: TaskInfo, executor id, r
 stream     ``fid`` + ``tid``       :class:`StreamRecord`: pending updates in order, seen uuids
 =========  ======================  ==========================================================
 
-Two-part keys are ``f"{len(a)}:{a}/{b}"`` (unambiguous whatever the ids hold). Everything else
-(peers, timers, registration progress, the master's epoch) is rebuilt or restarted on recovery.
+Two-part keys are ``f"{len(a)}:{a}/{b}"`` (unambiguous whatever the ids hold). The agent record
+also holds the highest master epoch seen. Everything else (peers, timers, registration progress)
+is rebuilt or restarted on recovery.
 
 Changes are tracked as they happen (``AgentState.dirty_*`` and the update manager's own set), so
 a checkpoint costs O(records changed), and a record is rewritten only when it changed.
@@ -42,6 +43,7 @@ from agora.sdk.messages import (
     ExecutorInfo,
     FrameworkInfo,
     MaxItems,
+    Range,
     Reason,
     Record,
     TaskInfo,
@@ -101,6 +103,8 @@ class CheckpointError(ValueError):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AgentRecord(Record):
     agent_id: AgentID
+    #: The highest master epoch seen: after a restart, a deposed master still cannot command.
+    master_epoch: Annotated[int, Range(0, 2**63 - 1)] = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -230,11 +234,16 @@ def _stream(st: AgentState, fid: FrameworkID, tid: TaskID) -> bytes | None:
     return pack_record(record)
 
 
+def _agent(st: AgentState) -> bytes:
+    assert st.agent_id is not None
+    return pack_record(AgentRecord(agent_id=st.agent_id, master_epoch=st.master_epoch))
+
+
 def collect(st: AgentState) -> list[Put | Delete]:
     """The records changed since the last call (written or deleted), and forget the changes."""
     out: list[Put | Delete] = []
     if st.dirty_agent and st.agent_id is not None:
-        out.append(Put(AGENT, _AGENT_KEY, pack_record(AgentRecord(agent_id=st.agent_id))))
+        out.append(Put(AGENT, _AGENT_KEY, _agent(st)))
     for fid in sorted(st.dirty_frameworks):
         fw = st.frameworks.get(fid)
         out.append(Delete(FRAMEWORK, fid) if fw is None else Put(FRAMEWORK, fid, _framework(fw)))
@@ -277,7 +286,7 @@ def everything(st: AgentState) -> dict[tuple[str, str], bytes]:
     """Every durable record of the state as it is now (what the checkpoints add up to)."""
     out: dict[tuple[str, str], bytes] = {}
     if st.agent_id is not None:
-        out[(AGENT, _AGENT_KEY)] = pack_record(AgentRecord(agent_id=st.agent_id))
+        out[(AGENT, _AGENT_KEY)] = _agent(st)
     for fid, fw in st.frameworks.items():
         out[(FRAMEWORK, fid)] = _framework(fw)
     for (fid, eid), ex in st.executors.items():
@@ -303,6 +312,7 @@ class Decoded:
     executors: list[ExecutorRecord]
     tasks: list[TaskRecord]
     streams: list[StreamRecord]
+    master_epoch: int = 0
 
 
 def _unpack(cls: type[R], kind: str, key: str, value: bytes) -> R:
@@ -316,13 +326,15 @@ def decode(records: Mapping[tuple[str, str], bytes]) -> Decoded:
     """Read the records back (kinds other than the agent's are ignored: the shell's own)."""
     out = Decoded(None, [], [], [], [])
     agent_id = None
+    master_epoch = 0
     launches: dict[tuple[str, str], list[LaunchRecord]] = {}
     for (kind, key), value in sorted(records.items()):
         if kind == LAUNCH:
             launch = _unpack(LaunchRecord, kind, key, value)
             launches.setdefault((launch.framework_id, launch.executor_id), []).append(launch)
         elif kind == AGENT:
-            agent_id = _unpack(AgentRecord, kind, key, value).agent_id
+            agent = _unpack(AgentRecord, kind, key, value)
+            agent_id, master_epoch = agent.agent_id, agent.master_epoch
         elif kind == FRAMEWORK:
             out.frameworks.append(_unpack(FrameworkRecord, kind, key, value))
         elif kind == EXECUTOR:
@@ -343,7 +355,7 @@ def decode(records: Mapping[tuple[str, str], bytes]) -> Decoded:
                 successor=tuple(q for q in mine if q.successor),
             )
         )
-    return Decoded(agent_id, out.frameworks, executors, out.tasks, out.streams)
+    return Decoded(agent_id, out.frameworks, executors, out.tasks, out.streams, master_epoch)
 
 
 def _by_seq(launch: LaunchRecord) -> int:

@@ -86,6 +86,7 @@ def recover(
     if data.agent_id is None:
         return
     st.agent_id = data.agent_id
+    st.master_epoch = max(st.master_epoch, data.master_epoch)
     st.uuid_salt = repr(now)
     _rebuild(st, data)
     checkpoint.mark_saved(st)

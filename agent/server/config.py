@@ -12,6 +12,7 @@ from agora.agent.containers.gpus import Gpu, discover_gpus
 from agora.agent.containers.isolation import ISOLATORS, parse_isolation
 from agora.agent.core import AgentConfig
 from agora.agent.server.resources import host_resources, parse_attributes
+from agora.sdk.discovery import parse_masters
 from agora.sdk.logs import LOG_FORMATS, LOG_LEVELS
 from agora.sdk.resources import Resources
 from agora.sdk.settings import (
@@ -45,6 +46,11 @@ class ConfigError(ValueError):
     """Option values that do not fit together (a bad --resources, half a CURVE key pair...)."""
 
 
+def _masters(text: str) -> str:
+    """One master endpoint or a comma list of them, normalised (``tcp://`` added)."""
+    return ",".join(parse_masters(text))
+
+
 def _text(text: str) -> str:
     return text.strip()
 
@@ -73,8 +79,19 @@ def _path(text: str) -> str:
 
 
 OPTIONS: tuple[Option, ...] = (
-    Option("master", parse_endpoint, "tcp://127.0.0.1:5050", "master endpoint"),
+    Option(
+        "master",
+        _masters,
+        "tcp://127.0.0.1:5050",
+        "the master, or every master of an HA group: tcp://h1:5050,tcp://h2:5050,...",
+    ),
     Option("work_dir", _path, "/tmp/agora/agent", "directory of the executor and task sandboxes"),
+    Option(
+        "history",
+        _text,
+        "",
+        "append a JSONL history of launches, updates and epochs here (for the fault suite)",
+    ),
     Option(
         "resources",
         _text,
@@ -250,6 +267,8 @@ class DaemonSettings:
     recover: str = "reconnect"
     #: The GPUs found with nvidia-smi (advertised as ``gpus`` unless --resources names gpus).
     gpus: tuple[Gpu, ...] = ()
+    #: Append a JSONL history for the fault suite here ("": none).
+    history: str = ""
 
 
 def build(values: Mapping[str, Any]) -> tuple[AgentConfig, DaemonSettings]:
@@ -327,5 +346,6 @@ def build(values: Mapping[str, Any]) -> tuple[AgentConfig, DaemonSettings]:
         fetcher_cache_bytes=values["fetcher_cache_size"] * 1024 * 1024,
         recover=values["recover"],
         gpus=gpus,
+        history=values["history"],
     )
     return config, settings

@@ -54,6 +54,7 @@ from agora.agent.server.checkpointing import Checkpointer, find_alive
 from agora.agent.server.config import DaemonSettings, option_env_names
 from agora.agent.server.containment import AgentContainment
 from agora.agent.server.gpu_assign import GpuAssignments
+from agora.agent.server.history import AgentHistory
 from agora.agent.server.http import make_app
 from agora.agent.server.isolation import (
     IsolationError,
@@ -68,6 +69,8 @@ from agora.agent.server.processes import (
     resolve_sandbox,
     runs_default_executor,
 )
+from agora.sdk.discovery import parse_masters
+from agora.sdk.history import History
 from agora.sdk.httpd import start_http
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID
 from agora.sdk.images import ImageStore
@@ -76,7 +79,7 @@ from agora.sdk.messages import (
     Message,
     UnregisterAgent,
 )
-from agora.sdk.transport import CurveClient, Received, TransportClosed, ZmqClient, ZmqServer
+from agora.sdk.transport import CurveClient, MasterLink, Received, TransportClosed, ZmqServer
 from aiohttp import web
 
 __all__ = ["TICK_INTERVAL", "AgentDaemon", "advertised_endpoint"]
@@ -137,7 +140,10 @@ class AgentDaemon:
         self._pending: list[object] = []
         self._in_burst = False
         self._exit_code = 0
-        self._client: ZmqClient | None = None
+        self._client: MasterLink | None = None
+        self._history = AgentHistory(
+            History(settings.history or None, config.hostname), config.resources
+        )
         self._server: ZmqServer | None = None
         self._processes: ExecutorProcesses | None = None
         self._endpoint = ""
@@ -242,13 +248,13 @@ class AgentDaemon:
         tasks: list[asyncio.Task[None]] = []
         try:
             try:
-                self._client = ZmqClient.connect(
-                    self._settings.master,
+                self._client = MasterLink.connect(
+                    parse_masters(self._settings.master),
                     curve=self._curve,
                     on_connected=self._master_connected,
                     on_disconnected=self._master_disconnected,
                 )
-            except zmq.ZMQError as exc:
+            except (zmq.ZMQError, ValueError) as exc:
                 log.error("master_connect_failed", master=self._settings.master, error=str(exc))
                 return 1
             log.info(
@@ -346,6 +352,8 @@ class AgentDaemon:
             mode=self._settings.recover,
         )
         self._pending.extend(actions)
+        if self._history.enabled:
+            self._history.settled(self._core.state.tasks)
         self._checkpoint.save(self._core.checkpoint())
         self._flush()
         # Containers of executors that died meanwhile go now; those of live ones (killed, in
@@ -482,6 +490,8 @@ class AgentDaemon:
             return
         if isinstance(message, Error):
             log.warning("master_error", code=message.code.value, message=message.message)
+        if self._history.enabled:
+            self._history.from_master(message, received.epoch, self._core.state.master_epoch)
         self._call("from_master", self._core.from_master, message, received.epoch, time.time())
 
     def _from_executor(self, received: Received) -> None:
@@ -524,6 +534,8 @@ class AgentDaemon:
             log.exception("core_failed", stimulus=what)
             return
         self._pending.extend(actions)
+        if self._history.enabled:
+            self._history.settled(self._core.state.tasks)
         self._checkpoint.save(self._core.checkpoint())
         if not self._in_burst:
             self._flush()
@@ -550,6 +562,8 @@ class AgentDaemon:
         queued = False
         for action in actions:
             if isinstance(action, ToMaster):
+                if self._history.enabled:
+                    self._history.to_master(action.message)
                 self._outbox.append((None, self._containment.to_master(action.message)))
                 queued = True
             elif isinstance(action, ToExecutor):

@@ -17,7 +17,7 @@ import os
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Final, TypeVar
 
-from agora.sdk.discovery import master_address
+from agora.sdk.discovery import master_address, parse_masters
 from agora.sdk.operator import OperatorClient, OperatorError
 from agora.sdk.transport import CurveClient, ZmqClient
 
@@ -152,7 +152,8 @@ async def handshake_problem(master: str, curve: CurveClient | None) -> str | Non
     """Connect a link of our own to ``master`` with ``curve``; None once its handshake succeeds,
     else (at the first failed handshake) what to tell the user. Runs until one or the other:
     bound it (an unreachable master never answers either way)."""
-    client = ZmqClient.connect(master, curve=curve)
+    # Any one master shows whether our key is admitted (every master admits the same keys).
+    client = ZmqClient.connect(parse_masters(master)[0], curve=curve)
     try:
         while not client.connected:
             why = client.handshake_error

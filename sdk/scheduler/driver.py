@@ -33,7 +33,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 import structlog
-from agora.sdk.discovery import master_address
+from agora.sdk.discovery import master_address, parse_masters
 from agora.sdk.errors import ProtocolError
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, OfferID, TaskID
 from agora.sdk.logs import default_logging
@@ -77,7 +77,7 @@ from agora.sdk.messages import (
 )
 from agora.sdk.scheduler.scheduler import Scheduler
 from agora.sdk.scheduler.spec import TaskSpec, task_infos_for
-from agora.sdk.transport import ZmqClient
+from agora.sdk.transport import MasterLink
 from agora.sdk.transport.base import TransportClosed
 from tenacity import AsyncRetrying, RetryCallState, retry_if_result
 from tenacity.wait import wait_fixed, wait_random_exponential
@@ -205,7 +205,7 @@ class SchedulerDriver:
 
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
-        self._client: ZmqClient | None = None
+        self._client: MasterLink | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._outbox: deque[Message] = deque()
         self._offers: dict[OfferID, Offer] = {}
@@ -269,8 +269,8 @@ class SchedulerDriver:
         self._teardown_ack = asyncio.Event()
         self._cb_lock = asyncio.Lock()
         try:
-            self._client = ZmqClient.connect(
-                self._master,
+            self._client = MasterLink.connect(
+                parse_masters(self._master),
                 curve=self._curve,
                 on_connected=self._on_transport_connected,
                 on_disconnected=self._on_transport_disconnected,

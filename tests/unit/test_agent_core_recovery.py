@@ -597,3 +597,26 @@ def test_checkpoints_rewrite_only_what_changed() -> None:
     )
     launches = [r for r in w_agent.checkpoint() if r.kind == "launch"]
     assert [(type(r), r.key.split("/")[-1]) for r in launches] == [(Put, "4")]
+
+
+def test_the_highest_master_epoch_survives_a_restart_and_older_masters_are_ignored() -> None:
+    """A deposed master (lower epoch) cannot launch on an agent that restarted after hearing
+    the new leader: the epoch is checkpointed with the agent record before anything is acted on."""
+    first = Agent(config())
+    first.connected(1.0)
+    first.from_master(AgentRegistered(agent_id=AGENT_ID, master_info=MASTER_INFO), 3, 1.0)
+    records = first.durable_records()
+    for change in first.checkpoint():
+        if isinstance(change, Put):
+            records[(change.kind, change.key)] = change.value
+    first.from_master(AgentReregistered(agent_id=AGENT_ID, master_info=MASTER_INFO), 7, 2.0)
+    [change] = first.checkpoint()
+    assert isinstance(change, Put) and change.kind == "agent", "a new epoch is made durable"
+    records[(change.kind, change.key)] = change.value
+
+    again = Agent(config())
+    again.recover(records, 3.0, alive=set(), cleanup=False)
+    assert again.state.master_epoch == 7
+    stale = RunTask(framework_info=FW_INFO, framework_id=FID, task=task_info("x"), role="*")
+    assert again.from_master(stale, 3, 4.0) == []
+    assert not again.state.tasks, "a launch from epoch 3 is dropped after seeing epoch 7"
