@@ -1,4 +1,4 @@
-"""The child processes of ``agora local``: one master and N agents, started and stopped whole.
+"""The child processes of ``agora local``: one master (or a group of 3 or 5) and N agents.
 
 Each daemon runs as ``python -m agora.master.server`` / ``python -m agora.agent.server`` in a
 session of its own (so a Ctrl-C in the terminal reaches only ``agora local``, which then stops
@@ -12,16 +12,25 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
 from agora.sdk.cli.common import ask_master
 
-__all__ = ["ClusterError", "LocalCluster", "Stopped", "leftover_pids", "or_stop"]
+__all__ = [
+    "Child",
+    "ClusterError",
+    "LocalCluster",
+    "Stopped",
+    "free_ports",
+    "leftover_pids",
+    "or_stop",
+]
 
 T = TypeVar("T")
 
@@ -94,13 +103,15 @@ class Child:
 
 
 class LocalCluster:
-    """A master and ``agents`` agents under ``work_dir``, all on 127.0.0.1 with free ports."""
+    """``masters`` masters (1, or an election group of 3 or 5) and ``agents`` agents under
+    ``work_dir``, all on 127.0.0.1 with free ports."""
 
     def __init__(
         self,
         work_dir: Path,
         agents: int,
         *,
+        masters: int = 1,
         agent_resources: str | None = None,
         log_level: str = "info",
         python: str = sys.executable,
@@ -108,7 +119,11 @@ class LocalCluster:
         self.work_dir = work_dir
         self.logs = work_dir / "logs"
         self.endpoint_file = work_dir / "master.endpoint"
+        #: The master's endpoint, or every master's, comma-separated (what clients are given).
         self.endpoint: str | None = None
+        self.master_names = (
+            ["master"] if masters == 1 else [f"master-{i}" for i in range(1, masters + 1)]
+        )
         self.python = python
         self.log_level = log_level
         self.agent_resources = agent_resources
@@ -129,8 +144,11 @@ class LocalCluster:
             raise ClusterError(f"cannot use the work dir {self.work_dir}: {exc}") from None
         try:
             async with asyncio.timeout(timeout):
-                master = await self._spawn("master", self._master_argv())
-                endpoint = await or_stop(self._read_endpoint(master), stop)
+                if len(self.master_names) == 1:
+                    master = await self._spawn("master", self._master_argv())
+                    endpoint = await or_stop(self._read_endpoint(master), stop)
+                else:
+                    endpoint = await self._spawn_group()
                 self.endpoint = endpoint
                 for name in self.agent_names:
                     await self._spawn(name, self._agent_argv(name, endpoint))
@@ -149,6 +167,22 @@ class LocalCluster:
             *("--work-dir", str(self.work_dir / "master")),
             *("--log-level", self.log_level),
         ]
+
+    async def _spawn_group(self) -> str:
+        """Start an election group on free ports; every member is named in every --masters."""
+        endpoints = [f"tcp://127.0.0.1:{port}" for port in free_ports(len(self.master_names))]
+        group = ",".join(endpoints)
+        for name, endpoint in zip(self.master_names, endpoints, strict=True):
+            argv = [
+                *(self.python, "-m", "agora.master.server"),
+                *("--bind", endpoint),
+                *("--masters", group),
+                *("--advertise", endpoint),
+                *("--work-dir", str(self.work_dir / name)),
+                *("--log-level", self.log_level),
+            ]
+            await self._spawn(name, argv)
+        return group
 
     def _agent_argv(self, name: str, endpoint: str) -> list[str]:
         argv = [
@@ -208,11 +242,24 @@ class LocalCluster:
 
     # ---------------------------------------------------------------- run
 
-    async def wait_for_exit(self) -> Child:
-        """The first child to exit (which, while the cluster runs, is a failure)."""
+    async def wait_for_exit(self, on_tolerated: Callable[[Child], None] | None = None) -> Child:
+        """The first child whose exit ends the cluster: any agent, the master, or in a group
+        the master whose exit leaves no majority. Exits a group survives go to ``on_tolerated``
+        (a master may be killed to see another take over)."""
         waiters = {c.waiter: c for c in self.children if c.waiter is not None}
-        done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        return waiters[next(iter(done))]
+        group = len(self.master_names)
+        lost = 0
+        while True:
+            done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            for waiter in done:
+                child = waiters.pop(waiter)
+                if child.name not in self.master_names or group == 1:
+                    return child
+                lost += 1
+                if lost > (group - 1) // 2:
+                    return child
+                if on_tolerated is not None:
+                    on_tolerated(child)
 
     # ---------------------------------------------------------------- stop
 
@@ -225,8 +272,8 @@ class LocalCluster:
         Returns what had to be killed, for the record.
         """
         forced: list[str] = []
-        agents = [c for c in self.children if c.name != "master"]
-        masters = [c for c in self.children if c.name == "master"]
+        agents = [c for c in self.children if c.name not in self.master_names]
+        masters = [c for c in self.children if c.name in self.master_names]
         for group, grace in ((agents, _AGENT_GRACE), (masters, _MASTER_GRACE)):
             results = await asyncio.gather(*(_stop_child(c, grace, hurry) for c in group))
             forced += [c.name for c, killed in zip(group, results, strict=True) if killed]
@@ -239,13 +286,28 @@ class LocalCluster:
         return forced
 
 
+def free_ports(n: int) -> list[int]:
+    """``n`` TCP ports on 127.0.0.1 that were free a moment ago (an election group's members
+    must know each other's ports before any of them binds)."""
+    socks = []
+    try:
+        for _ in range(n):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            socks.append(sock)
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
 async def _stop_child(child: Child, grace: float, hurry: asyncio.Event) -> bool:
     """Stop one child; True when it had to be killed."""
     proc = child.proc
     if proc is None or child.waiter is None:
         return False
     if proc.returncode is None:
-        stop = signal.SIGTERM if child.name == "master" else signal.SIGUSR1
+        stop = signal.SIGTERM if child.name.startswith("master") else signal.SIGUSR1
         _signal_group(proc.pid, stop)
     try:
         async with asyncio.timeout(grace):

@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from agora.sdk.cli.cluster import ClusterError, LocalCluster, Stopped, or_stop
+from agora.sdk.cli.cluster import Child, ClusterError, LocalCluster, Stopped, or_stop
 from agora.sdk.cli.common import CliError, positive_float
 from agora.sdk.discovery import agora_home
 from agora.sdk.logs import LOG_LEVELS
@@ -49,6 +49,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     local.add_argument(
         "--agents", type=_count, default=2, metavar="N", help="number of agents (default 2)"
+    )
+    local.add_argument(
+        "--masters",
+        type=int,
+        choices=(1, 3, 5),
+        default=1,
+        metavar="N",
+        help="1 master, or an election group of 3 or 5 that fails over (default 1)",
     )
     local.add_argument(
         "--work-dir",
@@ -92,7 +100,11 @@ def cmd_local(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise CliError(f"cannot use the work dir: {exc}") from None
     cluster = LocalCluster(
-        work_dir, args.agents, agent_resources=args.agent_resources, log_level=args.log_level
+        work_dir,
+        args.agents,
+        masters=args.masters,
+        agent_resources=args.agent_resources,
+        log_level=args.log_level,
     )
     return asyncio.run(
         serve(cluster, args.timeout, Console(stderr=True, soft_wrap=True, highlight=False))
@@ -115,7 +127,9 @@ async def serve(cluster: LocalCluster, timeout: float, console: Console) -> int:
     code = 0
     try:
         n = len(cluster.agent_names)
-        console.print(f"agora local: starting a master and {n} agent{'s' if n > 1 else ''}")
+        m = len(cluster.master_names)
+        masters = "a master" if m == 1 else f"{m} masters"
+        console.print(f"agora local: starting {masters} and {n} agent{'s' if n > 1 else ''}")
         console.print(escape(f"  work dir {cluster.work_dir}; logs in {cluster.logs}/"))
         endpoint = await cluster.start(timeout, stop)
         try:
@@ -125,10 +139,17 @@ async def serve(cluster: LocalCluster, timeout: float, console: Console) -> int:
             where = escape(f"could not record the address: {exc}")
         print(endpoint, flush=True)
         console.print(
-            f"agora local: master [bold]{endpoint}[/bold] with agents "
+            f"agora local: master{'s' if m > 1 else ''} [bold]{endpoint}[/bold] with agents "
             f"{', '.join(cluster.agent_names)}; {where}. Ctrl-C stops."
         )
-        dead = await or_stop(cluster.wait_for_exit(), stop)
+
+        def tolerated(child: Child) -> None:
+            console.print(
+                f"[yellow]agora local: {escape(child.describe_exit())}; "
+                "the other masters carry on[/yellow]"
+            )
+
+        dead = await or_stop(cluster.wait_for_exit(tolerated), stop)
         console.print(f"[red]agora local: {escape(dead.describe_exit())}[/red]")
         code = 1
     except Stopped:

@@ -15,6 +15,7 @@ from agora.sdk.cli.common import add_master_options, call_master, resolve_curve,
 from agora.sdk.messages import (
     AgentSummary,
     FrameworkSummary,
+    MasterMember,
     Record,
     StateReply,
     TaskState,
@@ -111,6 +112,15 @@ def _fetch(args: argparse.Namespace) -> StateReply:
     return call_master(resolve_master(args), timeout, lambda c: c.get_state(timeout=timeout), curve)
 
 
+def masters_line(masters: Sequence[MasterMember]) -> str:
+    """``tcp://a:1 (leader), tcp://b:2 (standby), tcp://c:3 (standby, unreachable)``."""
+    parts = []
+    for m in masters:
+        how = m.role if m.reachable else f"{m.role}, unreachable"
+        parts.append(f"{m.address} ({how})")
+    return ", ".join(parts)
+
+
 def cmd_state(args: argparse.Namespace) -> int:
     reply = _fetch(args)
     if args.json:
@@ -121,6 +131,8 @@ def cmd_state(args: argparse.Namespace) -> int:
     console.print(
         f"[bold]master[/bold] {info.master_id}  address {info.address}  epoch {info.epoch}"
     )
+    if len(reply.masters) > 1:
+        console.print(f"[bold]masters[/bold] {masters_line(reply.masters)}")
     console.print(agents_table(reply.agents))
     console.print(frameworks_table(reply.frameworks))
     console.print(

@@ -74,7 +74,9 @@ class Local:
             raise
 
 
-def start_local(tmp: Path, agents: int = 2, extra_env: dict[str, str] | None = None) -> Local:
+def start_local(
+    tmp: Path, agents: int = 2, extra_env: dict[str, str] | None = None, masters: int = 1
+) -> Local:
     home, work = tmp / "home", tmp / "work"
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGORA_")}
     env["AGORA_HOME"] = str(home)
@@ -85,6 +87,7 @@ def start_local(tmp: Path, agents: int = 2, extra_env: dict[str, str] | None = N
             [
                 *AGORA,
                 *("local", "--agents", str(agents), "--work-dir", str(work)),
+                *("--masters", str(masters)),
                 *("--agent-resources", RESOURCES, "--timeout", "45"),
             ],
             env=env,

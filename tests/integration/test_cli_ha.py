@@ -1,0 +1,94 @@
+"""`agora local --masters 3`: the leader is SIGKILLed and the cluster carries on under a new one.
+
+What an operator relies on: a task submitted after the kill still runs (the CLI, agents and the
+framework find the new leader themselves), `agora state` names the new leader with a higher epoch
+and the standbys, and the masters' data dirs hold the term they voted in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from integration.test_cli import Local, _kill_everything, cluster_pids, start_local
+from support.polling import wait_for
+
+
+@pytest.fixture(scope="module")
+def ha(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Local]:
+    cluster = start_local(tmp_path_factory.mktemp("agora-ha"), masters=3)
+    try:
+        yield cluster
+    finally:
+        _kill_everything(cluster)
+
+
+def _state(local: Local) -> dict[str, Any]:
+    out = local.agora("state", "--json", timeout=30)
+    assert out.returncode == 0, out.stderr
+    state: dict[str, Any] = json.loads(out.stdout)
+    return state
+
+
+def _master_pid(local: Local, endpoint: str) -> int:
+    for pid in cluster_pids(local.work):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if (
+            b"agora.master.server" in cmdline
+            and endpoint.encode()
+            in cmdline[cmdline.index(b"--advertise") + 1 : cmdline.index(b"--advertise") + 2]
+        ):
+            return pid
+    raise AssertionError(f"no master process advertises {endpoint}")
+
+
+def test_the_address_names_every_master(ha: Local) -> None:
+    masters = ha.endpoint.split(",")
+    assert len(masters) == 3 and all(m.startswith("tcp://127.0.0.1:") for m in masters)
+    assert (ha.home / "master").read_text().strip() == ha.endpoint
+
+
+def test_state_shows_the_leader_the_standbys_and_the_epoch(ha: Local) -> None:
+    state = _state(ha)
+    roles = sorted(m["role"] for m in state["masters"])
+    assert roles == ["leader", "standby", "standby"]
+    leader = next(m["address"] for m in state["masters"] if m["role"] == "leader")
+    assert state["master_info"]["master_id"] == leader
+    assert state["master_info"]["epoch"] >= 1
+    text = ha.agora("state", timeout=30)
+    assert text.returncode == 0 and "(leader)" in text.stdout and "(standby)" in text.stdout
+
+
+def test_after_the_leader_is_killed_work_still_runs_under_a_new_leader(ha: Local) -> None:
+    before = _state(ha)
+    old_leader = before["master_info"]["master_id"]
+    old_epoch = before["master_info"]["epoch"]
+    os.kill(_master_pid(ha, old_leader), signal.SIGKILL)
+    killed_at = time.monotonic()
+    run = ha.agora("run", "--", "echo", "ok", timeout=60)
+    took = time.monotonic() - killed_at
+    assert run.returncode == 0, run.stderr
+    assert "ok" in run.stdout
+    assert took < 20, f"agora run took {took:.1f} s across the failover"
+    after = wait_for(
+        lambda: (s := _state(ha))["master_info"]["master_id"] != old_leader and s,
+        timeout=20,
+        what="a new leader in agora state",
+    )
+    assert after["master_info"]["epoch"] > old_epoch
+    dead = next(m for m in after["masters"] if m["address"] == old_leader)
+    assert dead["role"] == "standby" and not dead["reachable"]
+    # The agents came back to the new leader with what they run.
+    assert {a["status"] for a in after["agents"]} == {"ACTIVE"} and len(after["agents"]) == 2
+    # `agora local` reports the loss and keeps going (a majority is left).
+    assert ha.proc.poll() is None
+    assert "the other masters carry on" in ha.stderr_path.read_text()
