@@ -12,12 +12,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-# System packages the root-only tests use (a busybox image for filesystem/rootfs), installed
-# with apt when running as root on Debian; skipped otherwise (those tests then skip).
+# System packages the root-only tests use: a busybox image for filesystem/rootfs, and nftables
+# plus iproute2 for the multi-host rig (deploy/rig.py) of the fault suite. Installed with apt when
+# running as root on Debian; skipped otherwise (those tests then skip).
 SYSDEPS := $(VENV)/.system-deps
 $(SYSDEPS): $(STAMP)
-	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && ! [ -x /bin/busybox ]; then \
-		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q busybox-static; \
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	   ! { [ -x /bin/busybox ] && command -v nft >/dev/null && command -v ip >/dev/null; }; then \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+			busybox-static nftables iproute2; \
 	fi
 	touch $@
 
@@ -46,6 +49,7 @@ bench: $(STAMP)
 	$(BIN)/python tests/bench/allocator.py --agents 10000 --frameworks 1000
 	$(BIN)/python tests/bench/throughput.py --tasks 5000
 	$(BIN)/python tests/bench/containers.py --containers 1000
+	$(BIN)/python tests/bench/failover.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

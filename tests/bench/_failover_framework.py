@@ -1,0 +1,58 @@
+"""The failover bench's framework: keeps a few ``sleep 3600`` tasks and notes every offer's epoch.
+
+Offers it does not need go back at once with no filter, so the master offers again every
+allocation round: the first offer of a new epoch then shows when the new leader allocates.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from agora.sdk import Filters, Offer, Resources, Scheduler, TaskSpec, TaskState, TaskStatus
+from agora.sdk.messages import is_terminal
+
+SHAPE = Resources.parse("cpus:0.1;mem:16")
+NO_FILTER = Filters(refuse_seconds=0)
+
+
+class FailoverFramework(Scheduler):
+    """Keeps ``tasks`` long-running tasks alive; ``offer_times`` are (perf_counter, epoch)."""
+
+    def __init__(self, tasks: int) -> None:
+        self.wanted = tasks
+        self.live: set[str] = set()  # launched, not ended
+        self.running: set[str] = set()
+        self.launched = 0
+        self.offer_times: list[tuple[float, int]] = []
+        self.ended: list[tuple[str, str]] = []
+
+    def offers(self, driver: Any, offers: list[Offer]) -> None:
+        now = time.perf_counter()
+        info = driver.master_info
+        epoch = info.epoch if info is not None else 0
+        self.offer_times.append((now, epoch))
+        for offer in offers:
+            if len(self.live) < self.wanted and offer.resources.fits(SHAPE):
+                name = f"sleeper-{self.launched}"
+                self.launched += 1
+                self.live.add(name)
+                driver.launch(offer, [TaskSpec(name, "sleep 3600", SHAPE)], filters=NO_FILTER)
+            else:
+                driver.decline(offer.offer_id, filters=NO_FILTER)
+
+    def status_update(self, driver: Any, status: TaskStatus) -> None:
+        name = str(status.task_id)
+        if status.state is TaskState.RUNNING:
+            self.running.add(name)
+        elif is_terminal(status.state) or status.state is TaskState.LOST:
+            self.live.discard(name)
+            self.running.discard(name)
+            self.ended.append((name, status.state.name))
+
+    def first_offer_after(self, at: float, epoch: int) -> float | None:
+        """perf_counter time of the first offer received after ``at`` at an epoch >= ``epoch``."""
+        for when, offer_epoch in self.offer_times:
+            if when > at and offer_epoch >= epoch:
+                return when
+        return None
