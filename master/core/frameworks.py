@@ -130,11 +130,14 @@ def on_subscribe(st: MasterState, sender: Peer, msg: Subscribe, now: float) -> N
     st.busy_frameworks.add(framework_id)
 
     def registered(now: float) -> None:
+        gone = st.subscribing_peers.get(sender) != framework_id  # disconnected meanwhile
         _settled()
         if st.registry.is_removed_framework(framework_id):
             _error(st, sender, ErrorCode.FRAMEWORK_REMOVED, f"framework {framework_id} was removed")
             return
         _add(st, sender, framework_id, info, msg, now)
+        if gone:
+            disconnect(st, sender, now)  # its failover clock starts now, as for any other
 
     def _settled() -> None:
         st.subscribing_peers.pop(sender, None)
@@ -223,6 +226,7 @@ def _subscribed(st: MasterState, framework_id: FrameworkID) -> Subscribed:
 
 def disconnect(st: MasterState, peer: Peer, now: float) -> None:
     """The scheduler on ``peer`` went away: deactivate it and start its failover clock."""
+    st.subscribing_peers.pop(peer, None)  # its registration, if committing, will see it gone
     framework_id = st.frameworks_by_peer.pop(peer, None)
     if framework_id is None:
         return

@@ -10,6 +10,9 @@ get their ``failover_timeout`` from activation to re-subscribe.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 from agora.master.core.state import MasterState
 from agora.master.registry import MarkUnreachable
 
@@ -60,4 +63,17 @@ def expire_recovery(st: MasterState, now: float) -> None:
     for agent_id in late:
         if agent_id in st.agents or agent_id in st.busy_agents:
             continue
-        st.propose(MarkUnreachable(agent_id=agent_id, time=now), now=now)
+        # Busy until committed: an agent re-registering meanwhile is refused (it retries) rather
+        # than readmitted here while the registry is about to call it unreachable.
+        st.busy_agents.add(agent_id)
+        settle = functools.partial(st.busy_agents.discard, agent_id)
+        st.propose(
+            MarkUnreachable(agent_id=agent_id, time=now),
+            functools.partial(_settled, settle),
+            settle,
+            now=now,
+        )
+
+
+def _settled(settle: Callable[[], object], _now: float) -> None:
+    settle()

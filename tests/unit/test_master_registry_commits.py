@@ -13,6 +13,7 @@ from agora.master.registry import (
     AgentEntry,
     FrameworkEntry,
     MarkUnreachable,
+    ReadmitAgent,
     Registry,
     RemoveAgent,
     RemoveFramework,
@@ -204,3 +205,33 @@ def test_a_framework_that_never_comes_back_after_failover_loses_its_tasks() -> N
     assert [m.task_id for m in messages(out, KillTask)] == ["t1"]  # type: ignore[attr-defined]
     assert fid in master.state.removed_frameworks
     assert master.state.allocator.available(AgentID("e1-A1")) == INFO.resources
+
+
+def test_an_agent_back_while_its_unreachable_mark_commits_waits_for_it() -> None:
+    registry = Registry()
+    registry.apply(AdmitAgent(agent=AgentEntry(agent_id=AgentID("e1-A9"), hostname="h9")))
+    cfg = MasterConfig(replicated=True, epoch=2, agent_reregister_timeout=30.0)
+    master = Master(cfg, registry=registry, now=0.0)
+    [mark] = proposals(master.tick(30.0))
+    late = ReregisterAgent(agent_id=AgentID("e1-A9"), agent_info=INFO)
+    assert master.handle("a9", late, 30.1) == [], "refused (it retries) while the mark commits"
+    registry.apply(mark.op)
+    master.committed(mark.seq, 30.2)
+    # Now unreachable in the registry: coming back is a readmission, itself committed first.
+    [readmit] = proposals(master.handle("a9", late, 31.0))
+    assert readmit.op == ReadmitAgent(agent_id=AgentID("e1-A9"))
+
+
+def test_a_scheduler_gone_while_its_registration_commits_starts_its_failover_clock() -> None:
+    registry = Registry()
+    master = Master(REPLICATED, registry=registry)
+    info = FrameworkInfo(name="batch", failover_timeout=60.0)
+    [p] = proposals(master.handle("fw", Subscribe(framework_info=info), 1.0))
+    master.disconnected("fw", 1.5)
+    registry.apply(p.op)
+    master.committed(p.seq, 2.0)
+    fid = p.op.framework.framework_id  # type: ignore[union-attr]
+    fw = master.state.frameworks[fid]
+    assert not fw.connected and fw.disconnected_at == 2.0
+    [removal] = proposals(master.tick(62.0))
+    assert removal.op == RemoveFramework(framework_id=fid), "removed after its failover timeout"
