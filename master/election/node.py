@@ -1,10 +1,11 @@
 """The asyncio shell around the sans-IO Raft core: disk, peer links, timers, the state machine.
 
 One worker task owns the :class:`RaftNode`. Each turn it takes every peer message and proposal
-that arrived since the last turn (and a tick when one is due), steps them into the core, and
-carries out the Readies in the order :mod:`agora.master.election.types` prescribes: everything
-durable of the whole batch is written and covered by one fsync (in a thread, so the event loop
-keeps serving) before any of the batch's messages leaves, and committed entries are applied last.
+that arrived since the last turn (and a tick when one is due), steps them into the core (the
+proposals as one batch, so followers get them in a few AppendEntries), and carries out the
+Readies in the order :mod:`agora.master.election.types` prescribes: everything durable of the
+whole batch is written and covered by one fsync (in a thread, so the event loop keeps serving)
+before any of the batch's messages leaves, and committed entries are applied last.
 
 Peer messages arrive through :meth:`ElectionNode.receive`, called by the master's ROUTER loop.
 They leave through one DEALER per other member with a small queue: a message that does not fit,
@@ -285,10 +286,17 @@ class ElectionNode:
         core = self._core
         if core is None or self._halted() or core.role is not Role.LEADER:
             raise NotLeader(self.leader_id, self.term)
-        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[int] = loop.create_future()
         self._inbox.append(_Proposal(data, future))
         self._wake.set()
-        return await asyncio.wait_for(future, timeout)
+        # A timer rather than asyncio.wait_for, which costs a task per proposal: a burst of
+        # registrations makes thousands at once.
+        timer = loop.call_later(timeout, _time_out, future)
+        try:
+            return await future
+        finally:
+            timer.cancel()
 
     def _halted(self) -> bool:
         return self._stopping or self.error is not None
@@ -318,18 +326,24 @@ class ElectionNode:
         now = self._clock()
         readies: list[Ready] = []
         inbox, self._inbox = self._inbox, []
+        proposals: list[_Proposal] = []
         for item in inbox:
             if isinstance(item, _Proposal):
-                if item.future.done():  # timed out or cancelled while queued
-                    continue
-                index, ready = core.propose(item.data, now)
-                if index is None:
-                    item.future.set_exception(NotLeader(core.leader_id, core.term))
-                else:
-                    self._pending[index] = (core.term, item.future)
-                readies.append(ready)
+                if not item.future.done():  # else timed out or cancelled while queued
+                    proposals.append(item)
             else:
                 readies.append(core.step(item, now))
+        if proposals:
+            # One append for the whole turn's proposals: the followers get them in a few
+            # AppendEntries, not one message each.
+            indexes, ready = core.propose_many([p.data for p in proposals], now)
+            if indexes is None:
+                for proposal in proposals:
+                    proposal.future.set_exception(NotLeader(core.leader_id, core.term))
+            else:
+                for index, proposal in zip(indexes, proposals, strict=True):
+                    self._pending[index] = (core.term, proposal.future)
+            readies.append(ready)
         if loop_now >= self._next_tick:
             readies.append(core.tick(now))
             self._next_tick = loop_now + self._tick_interval
@@ -435,6 +449,11 @@ class ElectionNode:
                 del self._pending[index]
                 if not future.done():
                     future.set_exception(NotLeader(self.leader_id, self.term))
+
+
+def _time_out(future: asyncio.Future[int]) -> None:
+    if not future.done():
+        future.set_exception(TimeoutError())
 
 
 def _has_durable(ready: Ready) -> bool:

@@ -33,6 +33,10 @@ __all__ = ["RaftNode"]
 
 log = structlog.get_logger(__name__)
 
+#: Most AppendEntries one batch of proposals sends a follower at once (well under the peer
+#: queue's bound); a follower's successful reply pulls whatever is left.
+_MAX_APPENDS_PER_PROPOSAL = 4
+
 
 class RaftNode:
     def __init__(
@@ -68,6 +72,8 @@ class RaftNode:
         self._reset_election_timer(now)
         self._heartbeat_due = now
         self._leader: Leader | None = None
+        #: Per follower, the hint and round of the last resend after a refused AppendEntries.
+        self._backed_off: dict[str, tuple[int, int]] = {}
         self._votes: dict[str, bool] = {}
         self._ready = Ready()
         self._hard_before = (self._term, self._voted_for)
@@ -172,17 +178,32 @@ class RaftNode:
 
     def propose(self, data: bytes, now: float) -> tuple[int | None, Ready]:
         """Append ``data`` as a new entry if this node leads; raises ValueError if too large."""
-        if len(data) > MAX_ENTRY_BYTES:
-            raise ValueError(f"entry of {len(data)} bytes exceeds {MAX_ENTRY_BYTES}")
+        indexes, ready = self.propose_many((data,), now)
+        return (None if indexes is None else indexes[0]), ready
+
+    def propose_many(self, batch: Sequence[bytes], now: float) -> tuple[list[int] | None, Ready]:
+        """Append every item of ``batch`` as a new entry if this node leads (None otherwise),
+        and send each follower the new entries in as few AppendEntries as they fit in: one
+        message per entry would overflow the small peer queues under a burst of proposals, and
+        every drop costs a rejection and a resend. Raises ValueError if an item is too large."""
+        for data in batch:
+            if len(data) > MAX_ENTRY_BYTES:
+                raise ValueError(f"entry of {len(data)} bytes exceeds {MAX_ENTRY_BYTES}")
         if self._role is not Role.LEADER or self._leader is None:
             return None, Ready()
         self._begin()
-        index = self._append_own(data)
-        for peer in self._peers:
-            if self._leader.progress[peer].next_index <= index:
-                self._send_append(peer)
+        indexes = [self._append_own(data) for data in batch]
+        if indexes:
+            for peer in self._peers:
+                progress = self._leader.progress[peer]
+                # A follower still catching up gets one message; its replies pull the rest.
+                sends = _MAX_APPENDS_PER_PROPOSAL if progress.next_index >= indexes[0] else 1
+                for _ in range(sends):
+                    if progress.next_index > indexes[-1]:
+                        break
+                    self._send_append(peer)
         self._maybe_commit()
-        return index, self._finish()
+        return indexes, self._finish()
 
     def compact(self, snapshot: Snapshot) -> Ready:
         """Drop the log up to ``snapshot.index``, which the shell has applied; ignored unless it
@@ -293,6 +314,7 @@ class RaftNode:
         self._leader_id = self._id
         self._votes = {}
         self._leader = Leader(self._config, self._term, self._peers, self._log, now)
+        self._backed_off = {}
         self._append_own(b"")  # commits every earlier entry once replicated (paper §8)
         self._broadcast(now)
         self._maybe_commit()
@@ -442,10 +464,25 @@ class RaftNode:
         if self._role is not Role.LEADER or self._leader is None:
             return
         success = msg.success if isinstance(msg, AppendReply) else True
+        progress = self._leader.progress[msg.sender]
+        sent_up_to = progress.next_index
         advanced, more = self._leader.on_reply(
             msg.sender, success=success, index=msg.match_index, seq=msg.seq, now=now
         )
         if advanced:
             self._maybe_commit()
+        if success:
+            self._backed_off.pop(msg.sender, None)
+        elif more:
+            # Every message sent past a gap is refused with the same hint. Resend from it once
+            # per broadcast round, not once per refusal (a resend may carry many entries): a
+            # refusal from a round no newer than the resend's is stale. Should the resend be
+            # lost, the next round's heartbeat is refused too and resends.
+            last = self._backed_off.get(msg.sender)
+            if last is not None and last[0] == msg.match_index and msg.seq <= last[1]:
+                more = False
+                progress.next_index = max(progress.next_index, sent_up_to)
+            else:
+                self._backed_off[msg.sender] = (msg.match_index, self._leader.seq)
         if more:
             self._send_append(msg.sender)

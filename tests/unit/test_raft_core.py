@@ -429,3 +429,36 @@ def test_never_raises_on_hostile_or_stale_messages(msgs: list[Message], lead: bo
         n.tick(now)
         assert n.commit_index <= n.last_index
     n.propose(b"p", now)
+
+
+def test_a_burst_of_proposals_goes_out_in_a_few_appends_not_one_per_entry() -> None:
+    """Thousands of registrations at once must not overflow the small peer queues: one batch
+    of proposals sends each follower at most a handful of AppendEntries."""
+    leader = node(term=1)
+    elect(leader)
+    for peer in ("b", "c"):
+        ack(leader, peer, leader.last_index, 2.01)
+    indexes, ready = leader.propose_many([b"x%d" % i for i in range(2000)], 2.02)
+    assert indexes == list(range(indexes[0], indexes[0] + 2000))  # type: ignore[index]
+    for peer in ("b", "c"):
+        appends = sent(ready, AppendEntries, peer)
+        assert 1 <= len(appends) <= 4
+        carried = [e.index for m in appends for e in m.entries]
+        assert carried == sorted(carried) and carried[0] == indexes[0]  # type: ignore[index]
+    assert node(me="b", term=1).propose_many([b"x"], 1.0)[0] is None, "a follower appends none"
+
+
+def test_stale_refusals_after_a_gap_cause_one_resend_per_round() -> None:
+    leader = node(term=1, terms=[1] * 20)
+    elect(leader)
+    nack = AppendReply(sender="b", term=2, success=False, match_index=5, seq=1)
+    first = sent(leader.step(nack, 2.01), AppendEntries, "b")
+    assert first and first[0].prev_log_index == 5
+    # The same refusal again, from the same round (messages that were in flight): no resend.
+    assert sent(leader.step(nack, 2.02), AppendEntries, "b") == []
+    # A refusal from a newer round (the resend was lost, the next heartbeat is refused) resends.
+    heartbeat = sent(leader.tick(2.15), AppendEntries, "b")
+    assert heartbeat
+    newer = AppendReply(sender="b", term=2, success=False, match_index=5, seq=heartbeat[-1].seq)
+    again = sent(leader.step(newer, 2.16), AppendEntries, "b")
+    assert again and again[0].prev_log_index == 5
