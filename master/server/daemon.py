@@ -1,10 +1,12 @@
 """The master's I/O shell: the ROUTER socket and the timers on one side, ``Master`` on the other.
 
-One task receives: it takes a frame, drains every frame already queued (``recv_nowait``) and, for
-each, decodes (the transport did), checks the ACL, calls ``Master.handle`` and sends the resulting
-actions at once. A second task ticks the core every ``tick_interval`` seconds and reports peers
-silent for ``peer_timeout`` as disconnected. Both go through one lock around "call the core, send
-its actions", so messages leave in the order the core produced them.
+One task receives: it takes the frames already queued (``recv_nowait``, decoded by the transport),
+hands election messages to the election worker at once and queues the rest in a backlog; then,
+for a few milliseconds, it takes messages off the backlog, checks the ACL, calls
+``Master.handle`` and sends the resulting actions at once, and yields. A second task ticks the
+core every ``tick_interval`` seconds and reports peers silent for ``peer_timeout`` as
+disconnected. Both go through one lock around "call the core, send its actions", so messages
+leave in the order the core produced them.
 
 The core is given wall-clock time (``time.time()``): it stamps task statuses with ``now`` and all
 of its timers are relative. Peer liveness uses the monotonic clock.
@@ -73,6 +75,14 @@ log = structlog.get_logger(__name__)
 
 #: Frames handled per receive turn before yielding to the ticker.
 MAX_BATCH: Final = 1024
+#: Seconds one receive turn may spend taking frames off the socket, and again handling client
+#: messages, before it yields: the election worker (which must answer and count its peers well
+#: within the election timeout) and the ticker get the loop at least this often, however long a
+#: burst of client messages is.
+MAX_BATCH_SECONDS: Final = 0.005
+#: Client messages taken off the socket but not handled yet, beyond which the socket is left to
+#: queue (and push back on the clients).
+MAX_BACKLOG: Final = 20_000
 #: Client messages held while a leader's lease lapses (beyond this, the oldest are dropped:
 #: clients retry what matters).
 MAX_HELD: Final = 100_000
@@ -115,6 +125,8 @@ class MasterDaemon:
         self._election_peers: set[str] = set()
         #: Client messages that arrived while the lease had lapsed, in arrival order.
         self._held: collections.deque[Received] = collections.deque(maxlen=MAX_HELD)
+        #: Client frames taken off the socket, in arrival order, not handled yet.
+        self._backlog: collections.deque[Received] = collections.deque()
         self._background: set[asyncio.Task[None]] = set()
         self._server = server
         self._tick_interval = tick_interval
@@ -155,7 +167,10 @@ class MasterDaemon:
         if new is self._core:
             return
         self._core = new
-        self._held.clear()
+        if new is None:
+            self._held.clear()  # what a lost term held is not ours to act on
+        elif self._held:
+            self._spawn(self._release_held(), "master-release-held")
         self._spawn(self._announce(), "master-announce")
 
     async def _announce(self) -> None:
@@ -206,16 +221,32 @@ class MasterDaemon:
     # ------------------------------------------------------------------ receiving
 
     async def _receive_loop(self) -> None:
+        """Take frames off the socket and handle them, a few milliseconds of each at a time.
+
+        The socket queues the frames of every peer together, so a master's Raft message sits
+        behind whatever clients sent before it: thousands of (re-)registrations take seconds to
+        handle, longer than the election timeout. Taking a frame off is far cheaper than
+        handling it, so each turn first drains the socket, passing election messages to the
+        election worker at once and keeping client messages (in order) in a backlog, then
+        handles the backlog for a while and yields."""
         server = self._server
+        backlog = self._backlog
+        clock = time.perf_counter
         while True:
-            received: Received | None = await server.recv()
-            handled = 0
-            while received is not None:
-                await self._dispatch(received)
-                handled += 1
-                if handled >= MAX_BATCH:
-                    break
+            if not backlog:
+                self._take(await server.recv())
+            started = clock()
+            give_way = started + MAX_BATCH_SECONDS
+            while len(backlog) < MAX_BACKLOG and clock() < give_way:
                 received = server.recv_nowait()
+                if received is None:
+                    break
+                self._take(received)
+            give_way = clock() + MAX_BATCH_SECONDS
+            handled = 0
+            while backlog and handled < MAX_BATCH and clock() < give_way:
+                await self._dispatch(backlog.popleft())
+                handled += 1
             # One event-triggered allocation for the whole burst, not one per message.
             core = self._acting_core()
             if core is not None:
@@ -224,14 +255,28 @@ class MasterDaemon:
                     actions = core.allocate_freed(self._clock())
                     self.stats.observe_allocation(time.perf_counter() - started)
                     await self._perform(actions)
-            if handled >= MAX_BATCH:
-                await asyncio.sleep(0)  # let the ticker run under a sustained burst
+            if backlog or clock() - started >= MAX_BATCH_SECONDS:
+                await asyncio.sleep(0)  # let the election worker and the ticker run
 
-    async def _dispatch(self, received: Received) -> None:
-        peer = received.peer
+    def _take(self, received: Received) -> None:
+        """A frame off the socket: an election message goes to the worker now, anything else
+        waits in the backlog."""
+        message = received.message
+        if message is not None and isinstance(message, _ELECTION):
+            self._note_peer(received.peer)
+            self.stats.messages_received += 1
+            self._election(received.peer, message, received.principal)
+        else:
+            self._backlog.append(received)
+
+    def _note_peer(self, peer: str) -> None:
         seen = self._last_seen
         seen.pop(peer, None)
         seen[peer] = time.monotonic()
+
+    async def _dispatch(self, received: Received) -> None:
+        peer = received.peer
+        self._note_peer(peer)
         message = received.message
         if message is None:
             self.stats.bad_frames_received += 1
@@ -247,10 +292,15 @@ class MasterDaemon:
             await self._answer_leader(peer)
             return
         if self._core is None:
-            await self._answer_leader(peer)  # a standby serves no client call
+            if self._leadership is not None and self._leadership.about_to_lead():
+                self._held.append(received)  # served once active (a no-op commit away)
+            else:
+                await self._answer_leader(peer)  # a standby serves no client call
             return
-        if self._acting_core() is None:
-            self._held.append(received)  # the lease lapsed: act on it once renewed, or never
+        if self._held or self._acting_core() is None:
+            # The lease lapsed (act on it once renewed, or never), or older messages still wait
+            # for that: they go first.
+            self._held.append(received)
             return
         await self._handle(received, message)
 
@@ -285,8 +335,16 @@ class MasterDaemon:
             await self._server.send(peer, info, epoch)
 
     async def _release_held(self) -> None:
-        """Act on client messages held while the lease had lapsed, now that it holds again."""
+        """Act on client messages held while the lease had lapsed, now that it holds again.
+
+        Thousands may be held (every agent re-registering at a lapse): yield every few
+        milliseconds, or the election worker would starve and the lease lapse again."""
+        give_way = time.perf_counter() + MAX_BATCH_SECONDS
         while self._held and self._acting_core() is not None:
+            if time.perf_counter() >= give_way:
+                await asyncio.sleep(0)
+                give_way = time.perf_counter() + MAX_BATCH_SECONDS
+                continue
             received = self._held.popleft()
             if received.message is not None:
                 await self._handle(received, received.message)
@@ -373,7 +431,10 @@ class MasterDaemon:
                 await self._release_held()
             core = self._acting_core()
             if core is None:
-                self._forget_silent_peers()
+                if self._core is None:
+                    self._forget_silent_peers()
+                # else: the lease lapsed; peers silent meanwhile are reported once it holds
+                # again (a scheduler's failover clock must start, not be forgotten)
                 continue
             async with self._lock:
                 now = self._clock()
@@ -449,6 +510,9 @@ class MasterDaemon:
         assert self._leadership is not None
         core = self._core
         committed = await self._leadership.propose(action.op)
+        # What the change causes (kills, offers) leaves only under the lease, like all else.
+        while core is not None and core is self._core and self._acting_core() is None:
+            await asyncio.sleep(self._tick_interval)
         async with self._lock:
             if core is None or core is not self._core:
                 return  # that term's core is gone; the next leader starts from the registry
@@ -578,6 +642,12 @@ async def _serve_locked(settings: DaemonSettings) -> int:
             source_host=_host_of(me) if len(masters) > 1 else None,
         )
         daemon.attach(leadership)
+        if len(masters) > 1 and (curve is None or acl is None or "*" in acl.masters):
+            # Anyone who can reach this port could then speak for a master in the election.
+            log.warning(
+                "election_traffic_unauthenticated",
+                hint="turn CURVE on and list the masters' principal under 'masters' in the ACL",
+            )
         try:
             await leadership.start()
         except (OSError, ValueError, StorageError) as exc:

@@ -87,6 +87,13 @@ class Leadership:
     def receive(self, message: Message) -> None:
         self.node.receive(message)
 
+    def about_to_lead(self) -> bool:
+        """Not active yet, but will be in a moment without anyone else's say: this master won
+        its election and waits for its no-op to apply, or it is a group of one."""
+        return self.core is None and (
+            self.node.role is Role.LEADER or self._raft.members == (self.me,)
+        )
+
     def lease_valid(self) -> bool:
         return self.core is not None and self.node.lease_valid()
 
@@ -97,8 +104,11 @@ class Leadership:
 
     async def propose(self, op: Operation) -> bool:
         """Replicate ``op``; True once committed and applied here, False if it may not be."""
+        # Well past the time a leader cut off from its group keeps leading (CheckQuorum steps
+        # it down after T): a change given up here is then almost surely not committed later.
+        timeout = max(PROPOSE_TIMEOUT, 4 * self._raft.election_timeout)
         try:
-            await self.node.propose(encode_operation(op), timeout=PROPOSE_TIMEOUT)
+            await self.node.propose(encode_operation(op), timeout=timeout)
         except (NotLeader, TimeoutError) as exc:
             log.warning("registry_change_not_committed", op=type(op).__name__, why=str(exc))
             return False
