@@ -7,7 +7,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from agora.master.server.config import load_settings
-from agora.master.server.daemon import serve
+from agora.master.server.process import serve
 from agora.sdk.logs import configure_logging
 
 __all__ = ["main"]
