@@ -185,14 +185,9 @@ def _readmit(
 ) -> None:
     """An agent back from unreachable, or unknown to this master (after a failover)."""
     agent_id = msg.agent_id
-    reported = [at for at in msg.tasks if at.framework_id not in st.removed_frameworks]
-    executors = [ex for ex in msg.executors if ex.framework_id not in st.removed_frameworks]
+    # Taken again at the time it applies: a framework may have been removed since the check.
+    reported, executors, roles, used = _report(st, msg)
     orphans = {at.framework_id for at in msg.tasks} & st.removed_frameworks
-    roles = {
-        (ex.framework_id, ex.executor_id): _executor_role(st, ex.framework_id, msg.tasks)
-        for ex in executors
-    }
-    used = _used(st, reported, executors, roles)
     previously = set(existing.tasks) if existing is not None else set()
     agent = _admit(st, sender, agent_id, msg.agent_info, now, dict(used))
     agent.executors = {
@@ -225,13 +220,22 @@ def _readmit(
     st.send(sender, AgentReregistered(agent_id=agent_id, master_info=st.master_info))
 
 
-def _used(
-    st: MasterState,
-    reported: list[AgentTask],
-    executors: list[ExecutorInfo],
-    roles: dict[tuple[FrameworkID, ExecutorID], str],
-) -> dict[tuple[FrameworkID, str], Resources]:
-    """What the agent's live tasks and executors hold, per framework and role."""
+def _report(
+    st: MasterState, msg: ReregisterAgent
+) -> tuple[
+    list[AgentTask],
+    list[ExecutorInfo],
+    dict[tuple[FrameworkID, ExecutorID], str],
+    dict[tuple[FrameworkID, str], Resources],
+]:
+    """The agent's report, minus removed frameworks: its tasks, its executors with their roles,
+    and what the live ones hold per framework and role."""
+    reported = [at for at in msg.tasks if at.framework_id not in st.removed_frameworks]
+    executors = [ex for ex in msg.executors if ex.framework_id not in st.removed_frameworks]
+    roles = {
+        (ex.framework_id, ex.executor_id): _executor_role(st, ex.framework_id, msg.tasks)
+        for ex in executors
+    }
     used: dict[tuple[FrameworkID, str], Resources] = defaultdict(Resources)
     for at in reported:
         if not is_final(at.state):
@@ -240,18 +244,12 @@ def _used(
     for ex in executors:
         key = (ex.framework_id, roles[(ex.framework_id, ex.executor_id)])
         used[key] = used[key] + ex.resources
-    return used
+    return reported, executors, roles, used
 
 
 def _readmit_problem(st: MasterState, msg: ReregisterAgent) -> str | None:
     """Why the agent's report cannot be taken as it is (it claims more than it has)."""
-    executors = [ex for ex in msg.executors if ex.framework_id not in st.removed_frameworks]
-    reported = [at for at in msg.tasks if at.framework_id not in st.removed_frameworks]
-    roles = {
-        (ex.framework_id, ex.executor_id): _executor_role(st, ex.framework_id, msg.tasks)
-        for ex in executors
-    }
-    in_use = sum(_used(st, reported, executors, roles).values(), Resources())
+    in_use = sum(_report(st, msg)[3].values(), Resources())
     if not msg.agent_info.resources.contains(in_use):
         return f"tasks and executors use {in_use}, more than the agent's {msg.agent_info.resources}"
     return None
