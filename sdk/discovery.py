@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
-__all__ = ["DEFAULT_MASTER", "agora_home", "master_address", "parse_masters"]
+__all__ = ["DEFAULT_MASTER", "agora_home", "master_address", "normalize_endpoint", "parse_masters"]
 
 DEFAULT_MASTER: Final = "tcp://127.0.0.1:5050"
 
@@ -29,18 +29,19 @@ def master_address(explicit: str | None = None, *, environ: Mapping[str, str] | 
     env = os.environ if environ is None else environ
     for candidate in (explicit, env.get("AGORA_MASTER")):
         if candidate is not None and candidate.strip():
-            return _normalize(candidate)
+            return normalize_endpoint(candidate)
     try:
         text = (agora_home(env) / "master").read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         text = ""
     first = text.strip().splitlines()[0] if text.strip() else ""
     if first.strip():
-        return _normalize(first)
+        return normalize_endpoint(first)
     return DEFAULT_MASTER
 
 
-def _normalize(address: str) -> str:
+def normalize_endpoint(address: str) -> str:
+    """``host:port`` -> ``tcp://host:port``; an endpoint with a scheme stays as it is."""
     address = address.strip()
     return address if "://" in address else f"tcp://{address}"
 
@@ -62,7 +63,7 @@ def parse_masters(text: str) -> tuple[str, ...]:
 def _checked(item: str, position: int) -> str:
     if not item.strip():
         raise ValueError(f"master endpoint {position} is empty")
-    endpoint = _normalize(item)
+    endpoint = normalize_endpoint(item)
     scheme, _, rest = endpoint.partition("://")
     if scheme in ("ipc", "inproc"):
         if not rest:

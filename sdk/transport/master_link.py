@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Final
 import structlog
 import zmq
 import zmq.asyncio
+from agora.sdk.discovery import normalize_endpoint
 from agora.sdk.messages import DetectLeader, LeaderInfo, Message
 from agora.sdk.transport._zmq_io import DEFAULT_HWM, make_context
 from agora.sdk.transport.base import Received, TransportClosed
@@ -42,11 +43,6 @@ MAX_MASTERS: Final = 16
 _PROBE_SEND_TIMEOUT: Final = 0.5
 _JITTER: Final = 0.2
 Callback = Callable[[], None]
-
-
-def _normalise(endpoint: str) -> str:
-    endpoint = endpoint.strip()
-    return endpoint if "://" in endpoint else f"tcp://{endpoint}"
 
 
 class MasterLink:
@@ -113,7 +109,7 @@ class MasterLink:
     ) -> MasterLink:
         """Connect to every master in ``endpoints``; must be called with a running event loop."""
         loop = asyncio.get_running_loop()
-        unique = tuple(dict.fromkeys(_normalise(e) for e in endpoints if e.strip()))
+        unique = tuple(dict.fromkeys(normalize_endpoint(e) for e in endpoints if e.strip()))
         if not unique:
             raise ValueError("MasterLink needs at least one master endpoint")
         if probe_interval <= 0 or search_interval <= 0:
@@ -261,7 +257,7 @@ class MasterLink:
         log.debug("master_link_master_added", endpoint=endpoint)
 
     def _resolve(self, name: str) -> str:
-        endpoint = _normalise(name)
+        endpoint = normalize_endpoint(name)
         return self._aliases.get(endpoint, endpoint)
 
     def _socket_up(self, endpoint: str) -> None:
@@ -305,13 +301,15 @@ class MasterLink:
             self._probe_soon(endpoint)
 
     def _on_leader_info(self, endpoint: str, info: LeaderInfo) -> None:
-        self._aliases.setdefault(_normalise(info.responder), endpoint)
+        self._aliases.setdefault(normalize_endpoint(info.responder), endpoint)
         if not self._elected:
             self._elected = True
             self._wake.set()
         for name in info.masters:
             self._add(self._resolve(name))
-        claims = info.leader is not None and _normalise(info.leader) == _normalise(info.responder)
+        claims = info.leader is not None and normalize_endpoint(info.leader) == normalize_endpoint(
+            info.responder
+        )
         if claims:
             self._on_claim(endpoint, info.epoch)
         else:

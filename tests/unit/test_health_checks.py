@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 from agora.agent.executors.health import HealthChecker, health_check_problem
+from agora.sdk.cli.cluster import free_ports
 from agora.sdk.messages.container import HealthCheck, HealthCheckKind
 
 FAST = {"delay": 0.0, "interval": 0.05, "timeout": 2.0, "grace_period": 0.0}
@@ -270,12 +270,6 @@ def test_stop_during_delay_runs_no_probe(tmp_path: Path) -> None:
     run(main)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.parametrize(
     ("check", "problem"),
     [
@@ -312,7 +306,9 @@ def test_valid_checks_have_no_problem(check: HealthCheck) -> None:
 
 def test_tcp_check_on_closed_port_is_unhealthy(tmp_path: Path) -> None:
     rec = Recorder()
-    check = HealthCheck(kind=HealthCheckKind.TCP, port=_free_port(), consecutive_failures=1, **FAST)
+    check = HealthCheck(
+        kind=HealthCheckKind.TCP, port=free_ports(1)[0], consecutive_failures=1, **FAST
+    )
 
     async def main() -> None:
         rec.checker(check, tmp_path).start()
