@@ -15,6 +15,7 @@ from agora.sdk.messages import (
     AgentRegistered,
     FrameworkInfo,
     Heartbeat,
+    LeaderInfo,
     RegisterAgent,
     Subscribe,
     Subscribed,
@@ -38,7 +39,7 @@ async def _expect(client: ZmqClient, kind: type[Any]) -> Any:
     async with asyncio.timeout(DEADLINE):
         while True:
             message = (await client.recv()).message
-            if not isinstance(message, Heartbeat):
+            if not isinstance(message, Heartbeat | LeaderInfo):  # pushes, not replies
                 assert isinstance(message, kind), message
                 return message
 
