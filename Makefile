@@ -42,7 +42,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	mkdir -p build/typing/agora
 	for pkg in sdk master agent frameworks; do ln -sfn ../../../$$pkg build/typing/agora/$$pkg; done
-	MYPYPATH=build/typing $(BIN)/mypy -p agora.sdk -p agora.master -p agora.agent
+	MYPYPATH=build/typing $(BIN)/mypy -p agora.sdk -p agora.master -p agora.agent -p agora.frameworks
 
 # Benchmarks print JSON lines; run by hand, never asserted in CI.
 bench: $(STAMP)
