@@ -3,7 +3,8 @@
 The master's state (GET_STATE) names the task's agent, and the agent's AgentSummary its HTTP API
 (``address`` and ``http_port``, reported by the agent at registration). The file is read in
 chunks through the agent's ``/files/read``; ``--follow`` keeps polling every 0.5 s until the task
-is terminal and everything is read (or Ctrl-C, which exits 0).
+is terminal and everything is read (or Ctrl-C, which exits 0). :func:`print_task_output` is that
+reading loop, for other commands too (``agora batch logs`` names the agent its task ran on).
 """
 
 from __future__ import annotations
@@ -24,11 +25,12 @@ from agora.sdk.cli.common import (
     resolve_curve,
     resolve_master,
 )
+from agora.sdk.ids import AgentID
 from agora.sdk.messages import AgentSummary, StateReply, TaskSummary
 from agora.sdk.messages.enums import is_terminal
 from agora.sdk.transport import CurveClient
 
-__all__ = ["add_parser", "agent_url", "cmd_logs"]
+__all__ = ["add_parser", "agent_url", "cmd_logs", "print_task_output"]
 
 POLL_INTERVAL: Final = 0.5
 CHUNK: Final = 1 << 20
@@ -90,8 +92,7 @@ def _find_task(state: StateReply, task_id: str, framework_id: str | None) -> Tas
     return found[0] if found else None  # live tasks come first
 
 
-async def _state(args: argparse.Namespace, master: str, curve: CurveClient | None) -> StateReply:
-    timeout: float = args.timeout
+async def _state(master: str, curve: CurveClient | None, timeout: float) -> StateReply:
     return await ask_master(master, timeout, lambda c: c.get_state(timeout=timeout), curve)
 
 
@@ -113,33 +114,58 @@ def _get(url: str, timeout: float) -> tuple[int, dict[str, Any]]:
 
 
 async def _logs(args: argparse.Namespace) -> int:
-    master = resolve_master(args)
-    curve = resolve_curve(args)
-    timeout: float = args.timeout
-    task_id: str = args.task_id
-    framework_id: str | None = args.framework
-    name = "stderr" if args.stderr else "stdout"
-    state = await _state(args, master, curve)
+    return await print_task_output(
+        resolve_master(args),
+        resolve_curve(args),
+        args.timeout,
+        args.task_id,
+        args.framework,
+        None,
+        "stderr" if args.stderr else "stdout",
+        args.follow,
+    )
+
+
+async def print_task_output(
+    master: str,
+    curve: CurveClient | None,
+    timeout: float,
+    task_id: str,
+    framework_id: str | None,
+    agent_id: str | None,
+    stream: str,
+    follow: bool,
+) -> int:
+    """Print a task's ``stream`` ("stdout" or "stderr") from its sandbox on its agent; with
+    ``follow``, keep printing until the task has ended and all is read. 0, or CliError.
+
+    The master's state names the task's agent. With ``agent_id`` (a framework that remembers
+    where its task ran), that agent is used even when the master no longer lists the task (it
+    forgets finished ones), and the task counts as ended unless the master lists it live.
+    """
+    state = await _state(master, curve, timeout)
     task = _find_task(state, task_id, framework_id)
-    if task is None:
+    if task is None and agent_id is None:
         raise CliError(f"no task {task_id} known to the master")
     agents = {a.agent_id: a for a in state.agents}
-    agent = agents.get(task.agent_id)
+    where = agent_id if agent_id is not None else task.agent_id if task is not None else ""
+    agent = agents.get(AgentID(where))
     if agent is None:
-        raise CliError(f"the agent {task.agent_id} of task {task_id} is gone")
+        raise CliError(f"the agent {where} of task {task_id} is gone")
+    framework = task.framework_id if task is not None else framework_id
     base = agent_url(agent)
     offset = 0
-    terminal = is_terminal(task.state)
+    terminal = task is None or is_terminal(task.state)
     while True:
-        query = urllib.parse.urlencode(
-            {
-                "task": task_id,
-                "file": name,
-                "offset": offset,
-                "length": CHUNK,
-                "framework": task.framework_id,
-            }
-        )
+        params: dict[str, str | int] = {
+            "task": task_id,
+            "file": stream,
+            "offset": offset,
+            "length": CHUNK,
+        }
+        if framework is not None:
+            params["framework"] = framework
+        query = urllib.parse.urlencode(params)
         status, body = await asyncio.to_thread(_get, f"{base}/files/read?{query}", timeout)
         if status == 200:
             data = str(body.get("data", ""))
@@ -151,13 +177,13 @@ async def _logs(args: argparse.Namespace) -> int:
             progressed, offset = new_offset > offset, new_offset
             if offset < eof and progressed:
                 continue  # more is there already
-        elif status == 404 and args.follow and not terminal:
+        elif status == 404 and follow and not terminal:
             pass  # the sandbox may not exist yet
         else:
             raise CliError(f"the agent refused: {body.get('error', status)} (HTTP {status})")
-        if not args.follow or terminal:
+        if not follow or terminal:
             return 0
         await asyncio.sleep(POLL_INTERVAL)
-        now = _find_task(await _state(args, master, curve), task_id, task.framework_id)
+        now = _find_task(await _state(master, curve, timeout), task_id, framework)
         # Ended (or forgotten by the master): one more read drains what it wrote last.
         terminal = now is None or is_terminal(now.state)

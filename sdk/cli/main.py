@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from importlib.metadata import entry_points
 from typing import Any
 
 import structlog
@@ -50,7 +51,31 @@ def build_parser() -> argparse.ArgumentParser:
     top.add_parser(sub)
     keys.add_parser(sub)
     image.add_parser(sub)
+    _add_plugins(sub)
     return parser
+
+
+#: The entry-point group of subcommands that other packages add to ``agora`` (each entry point is
+#: a function called with the subparsers, like the ``add_parser`` of the built-in ones).
+PLUGIN_GROUP = "agora.cli"
+
+
+def _add_plugins(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the subcommands of every ``agora.cli`` entry point, by name; one that fails to load is
+    left out with a warning, never breaking ``agora``."""
+    seen: set[str] = set()
+    for point in sorted(entry_points(group=PLUGIN_GROUP), key=lambda p: (p.name, p.value)):
+        if point.name in seen:
+            continue
+        seen.add(point.name)
+        try:
+            point.load()(sub)
+        except Exception as exc:
+            print(
+                f"agora: warning: leaving out the {point.name!r} subcommands ({point.value}): "
+                f"{type(exc).__name__}: {exc}",
+                file=sys.stderr,
+            )
 
 
 #: SDK log events that a command reports itself, in its one line on stderr: a refused handshake
