@@ -1,9 +1,12 @@
-"""The child processes of ``agora local``: one master (or a group of 3 or 5) and N agents.
+"""The child processes of ``agora local``: one master (or a group of 3 or 5), N agents and,
+when asked, the batch service.
 
 Each daemon runs as ``python -m agora.master.server`` / ``python -m agora.agent.server`` in a
 session of its own (so a Ctrl-C in the terminal reaches only ``agora local``, which then stops
 them in order: agents first, so that they stop their executors and tasks, then the master). Each
-child's stdout and stderr go to ``<work dir>/logs/<name>.log``.
+child's stdout and stderr go to ``<work dir>/logs/<name>.log``. The batch service runs as
+``python -m agora.frameworks.batch`` (a process: the SDK imports no framework); it is stopped
+first, leaving nothing of its own behind (its tasks end with the agents).
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+#: The batch service's child name (and its work dir's).
+BATCH = "batch"
 
 _POLL = 0.05  # seconds between looks at a file or the master's state while starting
 _AGENT_GRACE = 15.0  # an agent stops its executors (and their tasks) before it exits
@@ -115,8 +121,13 @@ class LocalCluster:
         agent_resources: str | None = None,
         log_level: str = "info",
         python: str = sys.executable,
+        batch: bool = False,
     ) -> None:
         self.work_dir = work_dir
+        #: Where the batch service (``batch=True``) writes its HTTP API's URL.
+        self.batch_url_file: Path | None = work_dir / "batch.url" if batch else None
+        #: The batch service's URL once it is up.
+        self.batch_url: str | None = None
         self.logs = work_dir / "logs"
         self.endpoint_file = work_dir / "master.endpoint"
         #: The master's endpoint, or every master's, comma-separated (what clients are given).
@@ -153,6 +164,9 @@ class LocalCluster:
                 for name in self.agent_names:
                     await self._spawn(name, self._agent_argv(name, endpoint))
                 await or_stop(self._registered(endpoint), stop)
+                if self.batch_url_file is not None:
+                    await self._spawn(BATCH, self._batch_argv(self.batch_url_file, endpoint))
+                    self.batch_url = await or_stop(self._read_file(self.batch_url_file), stop)
         except TimeoutError:
             raise ClusterError(
                 f"the cluster did not come up within {timeout:g}s (logs in {self.logs})"
@@ -215,11 +229,24 @@ class LocalCluster:
         self.children.append(child)
         return child
 
+    def _batch_argv(self, url_file: Path, endpoint: str) -> list[str]:
+        url_file.unlink(missing_ok=True)
+        return [
+            *(self.python, "-m", "agora.frameworks.batch"),
+            *("--master", endpoint),
+            *("--work-dir", str(self.work_dir / BATCH)),
+            *("--endpoint-file", str(url_file)),
+            *("--log-level", self.log_level),
+        ]
+
     async def _read_endpoint(self, master: Child) -> str:
+        return await self._read_file(self.endpoint_file)
+
+    async def _read_file(self, path: Path) -> str:
         while True:
             self._check_alive()
             with contextlib.suppress(OSError):
-                text = self.endpoint_file.read_text(encoding="utf-8").strip()
+                text = path.read_text(encoding="utf-8").strip()
                 if text:
                     return text
             await asyncio.sleep(_POLL)
@@ -253,6 +280,10 @@ class LocalCluster:
             done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
             for waiter in done:
                 child = waiters.pop(waiter)
+                if child.name == BATCH:
+                    if on_tolerated is not None:
+                        on_tolerated(child)  # the cluster itself carries on
+                    continue
                 if child.name not in self.master_names or group == 1:
                     return child
                 lost += 1
@@ -272,9 +303,14 @@ class LocalCluster:
         Returns what had to be killed, for the record.
         """
         forced: list[str] = []
-        agents = [c for c in self.children if c.name not in self.master_names]
+        services = [c for c in self.children if c.name == BATCH]
+        agents = [c for c in self.children if c.name not in self.master_names and c.name != BATCH]
         masters = [c for c in self.children if c.name in self.master_names]
-        for group, grace in ((agents, _AGENT_GRACE), (masters, _MASTER_GRACE)):
+        for group, grace in (
+            (services, _MASTER_GRACE),
+            (agents, _AGENT_GRACE),
+            (masters, _MASTER_GRACE),
+        ):
             results = await asyncio.gather(*(_stop_child(c, grace, hurry) for c in group))
             forced += [c.name for c, killed in zip(group, results, strict=True) if killed]
         swept = await sweep(self.work_dir)
@@ -307,7 +343,7 @@ async def _stop_child(child: Child, grace: float, hurry: asyncio.Event) -> bool:
     if proc is None or child.waiter is None:
         return False
     if proc.returncode is None:
-        stop = signal.SIGTERM if child.name.startswith("master") else signal.SIGUSR1
+        stop = signal.SIGUSR1 if child.name.startswith("agent") else signal.SIGTERM
         _signal_group(proc.pid, stop)
     try:
         async with asyncio.timeout(grace):

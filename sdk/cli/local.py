@@ -28,7 +28,8 @@ from rich.markup import escape
 __all__ = ["add_parser", "cmd_local", "remove_address", "write_address"]
 
 _DESCRIPTION = """\
-Run one master and N agents on 127.0.0.1 (free ports) as child processes until Ctrl-C.
+Run one master and N agents on 127.0.0.1 (free ports) as child processes until Ctrl-C, with
+the batch service (agora batch …) unless --no-batch.
 
 Prints the master's address on stdout and records it in $AGORA_HOME/master (default
 ~/.agora/master) so that agora run/state/tasks/kill find it. The daemons' logs go to
@@ -70,6 +71,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="each agent's resources, e.g. 'cpus:4;mem:4096' (default: detected from the host)",
     )
     local.add_argument(
+        "--batch",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also run the batch service (agora batch …), recorded in $AGORA_HOME/batch "
+        "(default: on)",
+    )
+    local.add_argument(
         "--log-level", choices=LOG_LEVELS, default="info", help="the daemons' log level"
     )
     local.add_argument(
@@ -105,6 +113,7 @@ def cmd_local(args: argparse.Namespace) -> int:
         masters=args.masters,
         agent_resources=args.agent_resources,
         log_level=args.log_level,
+        batch=args.batch,
     )
     return asyncio.run(
         serve(cluster, args.timeout, Console(stderr=True, soft_wrap=True, highlight=False))
@@ -142,11 +151,15 @@ async def serve(cluster: LocalCluster, timeout: float, console: Console) -> int:
             f"agora local: master{'s' if m > 1 else ''} [bold]{endpoint}[/bold] with agents "
             f"{', '.join(cluster.agent_names)}; {where}. Ctrl-C stops."
         )
+        if cluster.batch_url:
+            console.print(
+                escape(f"agora local: batch service {cluster.batch_url} (agora batch submit …)")
+            )
 
         def tolerated(child: Child) -> None:
             console.print(
                 f"[yellow]agora local: {escape(child.describe_exit())}; "
-                "the other masters carry on[/yellow]"
+                "the cluster carries on[/yellow]"
             )
 
         dead = await or_stop(cluster.wait_for_exit(tolerated), stop)

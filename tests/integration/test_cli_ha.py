@@ -91,4 +91,4 @@ def test_after_the_leader_is_killed_work_still_runs_under_a_new_leader(ha: Local
     assert {a["status"] for a in after["agents"]} == {"ACTIVE"} and len(after["agents"]) == 2
     # `agora local` reports the loss and keeps going (a majority is left).
     assert ha.proc.poll() is None
-    assert "the other masters carry on" in ha.stderr_path.read_text()
+    assert "the cluster carries on" in ha.stderr_path.read_text()

@@ -1,0 +1,145 @@
+"""``agora batch serve`` settings: flags, then ``AGORA_*`` environment, then a TOML file."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agora.sdk.discovery import agora_home, parse_masters
+from agora.sdk.logs import LOG_FORMATS, LOG_LEVELS
+from agora.sdk.settings import (
+    Option,
+    load,
+    parse_choice,
+    parse_port,
+    parse_positive_duration,
+)
+
+__all__ = ["OPTIONS", "ServiceSettings", "load_settings"]
+
+PROG = "agora batch serve"
+DESCRIPTION = (
+    "The Agora batch service: a framework scheduler that keeps a job queue in SQLite and runs "
+    "its jobs on the cluster; `agora batch submit|status|cancel|wait|logs|history` talk to it."
+)
+
+
+def _text(text: str) -> str:
+    return text.strip()
+
+
+def _optional_path(text: str) -> str | None:
+    return os.path.expanduser(text.strip()) or None
+
+
+def _masters(text: str) -> str:
+    return ",".join(parse_masters(text))
+
+
+def _names(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    if not names:
+        raise ValueError("expected a comma list of names")
+    return names
+
+
+def _shares(text: str) -> dict[str, float]:
+    shares: dict[str, float] = {}
+    for item in (p.strip() for p in text.split(",") if p.strip()):
+        user, sep, value = item.partition("=")
+        share = float(value) if sep else -1.0
+        if not user.strip() or share <= 0:
+            raise ValueError(f"expected USER=SHARE with a share above 0, got {item!r}")
+        shares[user.strip()] = share
+    return shares
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError("expected 0 or more")
+    return value
+
+
+OPTIONS: Sequence[Option] = (
+    Option("master", _masters, None, "the master(s), host:port[,host:port…] (default: as the CLI)"),
+    Option("work_dir", _optional_path, None, "the job store's dir ($AGORA_HOME/batch-service)"),
+    Option("name", _text, "batch", "the framework's name"),
+    Option("queues", _names, ("default",), "queues served (each is the role of that name; "
+           "'default' is the role '*')"),
+    Option("failover_timeout", parse_positive_duration, 7 * 86400.0,
+           "how long the master keeps our tasks running while this service is down"),
+    Option("http_bind", _text, "127.0.0.1", "the HTTP API's address"),
+    Option("http_port", parse_port, 0, "the HTTP API's port (0: a free one)"),
+    Option("endpoint_file", _optional_path, None,
+           "also write the API's URL here (it always goes to $AGORA_HOME/batch)"),
+    Option("half_life", parse_positive_duration, 86400.0, "fair-share usage half-life"),
+    Option("shares", _shares, {}, "users' fair shares, USER=N,… (others: 1)"),
+    Option("retry_backoff", parse_positive_duration, 1.0, "first wait before a retry"),
+    Option("retry_backoff_max", parse_positive_duration, 60.0, "longest wait before a retry"),
+    Option("max_losses", _count, 5, "requeues of a task lost by the cluster before it fails"),
+    Option("unreachable_timeout", parse_positive_duration, 300.0,
+           "how long a task on an unreachable agent keeps its place before it is requeued"),
+    Option("curve_secret_key", _optional_path, None, "this service's CURVE secret key file"),
+    Option("curve_server_key", _optional_path, None, "the master's CURVE public key file"),
+    Option("log_format", parse_choice(LOG_FORMATS), "console", "log format"),
+    Option("log_level", parse_choice(LOG_LEVELS), "info", "log level"),
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceSettings:
+    master: str | None
+    work_dir: Path
+    name: str
+    queues: tuple[str, ...]
+    failover_timeout: float
+    http_bind: str
+    http_port: int
+    endpoint_file: Path | None
+    half_life: float
+    shares: Mapping[str, float]
+    retry_backoff: float
+    retry_backoff_max: float
+    max_losses: int
+    unreachable_timeout: float
+    curve_secret_key: str | None
+    curve_server_key: str | None
+    log_format: str
+    log_level: str
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        return tuple("*" if q == "default" else q for q in self.queues)
+
+
+def load_settings(
+    argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
+) -> ServiceSettings:
+    values: dict[str, Any] = load(PROG, DESCRIPTION, OPTIONS, argv, env)
+    work_dir = values["work_dir"]
+    if (values["curve_secret_key"] is None) != (values["curve_server_key"] is None):
+        raise SystemExit(f"{PROG}: --curve-secret-key and --curve-server-key go together")
+    return ServiceSettings(
+        master=values["master"],
+        work_dir=Path(work_dir) if work_dir else agora_home(env) / "batch-service",
+        name=values["name"],
+        queues=tuple(values["queues"]),
+        failover_timeout=values["failover_timeout"],
+        http_bind=values["http_bind"],
+        http_port=values["http_port"],
+        endpoint_file=Path(values["endpoint_file"]) if values["endpoint_file"] else None,
+        half_life=values["half_life"],
+        shares=dict(values["shares"]),
+        retry_backoff=values["retry_backoff"],
+        retry_backoff_max=values["retry_backoff_max"],
+        max_losses=values["max_losses"],
+        unreachable_timeout=values["unreachable_timeout"],
+        curve_secret_key=values["curve_secret_key"],
+        curve_server_key=values["curve_server_key"],
+        log_format=values["log_format"],
+        log_level=values["log_level"],
+    )
