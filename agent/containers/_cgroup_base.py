@@ -74,6 +74,14 @@ class Usage:
     oom_kills: int
 
 
+@dataclass(frozen=True, slots=True)
+class Totals:
+    """What a container cgroup used over its whole life (None: the kernel does not say)."""
+
+    cpu_seconds: float | None
+    max_rss_bytes: int | None  # peak memory charged to the cgroup (page cache included)
+
+
 class CgroupFs:
     """What a fake tree must emulate: the files a kernel makes on mkdir, rmdir of a directory
     that lists files, the effect of writes, signals. Unit tests pass their own; this one is real."""
@@ -197,6 +205,11 @@ class Cgroup:
         raise NotImplementedError
 
     def usage(self) -> Usage:
+        raise NotImplementedError
+
+    def totals(self) -> Totals:
+        """CPU time and peak memory so far; read before ``destroy`` for a container's final
+        account. Raises CgroupError when a file is there but cannot be read."""
         raise NotImplementedError
 
     def oom_killed(self) -> bool:

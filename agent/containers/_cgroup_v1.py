@@ -12,6 +12,7 @@ from agora.agent.containers._cgroup_base import (
     CFS_PERIOD_US,
     Cgroup,
     Limits,
+    Totals,
     Usage,
     read_int,
     read_keyed,
@@ -108,6 +109,16 @@ class V1Cgroup(Cgroup):
             mem_limit_bytes=limit,
             cpu_limit=self._cpu_limit(),
             oom_kills=oom_kills,
+        )
+
+    def totals(self) -> Totals:
+        cpuacct = self._dirs.get("cpuacct")
+        memory = self._dirs.get("memory")
+        usage = read_int(os.path.join(cpuacct, "cpuacct.usage")) if cpuacct else None
+        peak = read_int(os.path.join(memory, "memory.max_usage_in_bytes")) if memory else None
+        return Totals(
+            cpu_seconds=None if usage is None else max(0, usage) / 1e9,
+            max_rss_bytes=None if peak is None else max(0, peak),
         )
 
     def _cpu_limit(self) -> float:

@@ -14,6 +14,7 @@ from agora.agent.containers._cgroup_base import (
     CgroupError,
     CgroupFs,
     Limits,
+    Totals,
     Usage,
     read_int,
     read_keyed,
@@ -88,6 +89,16 @@ class V2Cgroup(Cgroup):
             mem_limit_bytes=limit,
             cpu_limit=self._cpu_limit(),
             oom_kills=oom_kills,
+        )
+
+    def totals(self) -> Totals:
+        # cpu.stat's usage_usec is kept by every cgroup, with or without the cpu controller;
+        # memory.peak needs the memory controller and Linux >= 5.19.
+        usec = read_keyed(self._file("cpu.stat")).get("usage_usec")
+        peak = read_int(self._file("memory.peak")) if "memory" in self._dirs else None
+        return Totals(
+            cpu_seconds=None if usec is None else max(0, usec) / 1e6,
+            max_rss_bytes=None if peak is None else max(0, peak),
         )
 
     def _cpu_limit(self) -> float:

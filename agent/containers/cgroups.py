@@ -4,7 +4,7 @@ OOM detection and a destroy that leaves nothing behind. cgroup v1 and v2, detect
     cgroups = Cgroups.detect("agora")           # None: no usable, writable hierarchy
     cg = cgroups.create("c-42", Limits(cpus=0.5, cfs_quota=True, mem_bytes=64 << 20))
     # the forked child writes its own pid into each of cg.procs_files() before exec
-    cg.usage(); cg.oom_killed(); cg.destroy()
+    cg.usage(); cg.oom_killed(); cg.totals(); cg.destroy()
 """
 
 from __future__ import annotations
@@ -22,11 +22,12 @@ from agora.agent.containers._cgroup_base import (
     CgroupError,
     CgroupFs,
     Limits,
+    Totals,
     Usage,
     check_name,
 )
 
-__all__ = ["Cgroup", "CgroupError", "CgroupFs", "Cgroups", "Limits", "Usage"]
+__all__ = ["Cgroup", "CgroupError", "CgroupFs", "Cgroups", "Limits", "Totals", "Usage"]
 
 log = structlog.get_logger(__name__)
 

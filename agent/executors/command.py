@@ -6,7 +6,8 @@
 sandbox ``$AGORA_SANDBOX/tasks/<task id>/`` with ``stdout`` and ``stderr``, the command spawned in
 its own session with the executor's environment (minus the executor variables) plus the task's,
 AGORA_TASK_ID and AGORA_SANDBOX (the task sandbox); TASK_RUNNING right after the spawn, then
-TASK_FINISHED / TASK_FAILED / TASK_KILLED with the exit code. Tasks labelled
+TASK_FINISHED / TASK_FAILED / TASK_KILLED with the exit code, CPU time and peak memory (the
+task container's cgroup totals, else the rusage of its process). Tasks labelled
 ``agora.stream_output=1`` also stream their output to the framework as framework messages, all
 of it before the terminal update. Kills: TASK_KILLING first when the framework has the
 TASK_KILLING_STATE capability, SIGTERM to the task's process group, SIGKILL after the task's
@@ -37,6 +38,8 @@ from dataclasses import dataclass, field
 from typing import Final
 
 import structlog
+from agora.agent.containers.cgroups import CgroupError, Cgroups, Totals
+from agora.agent.containers.containerizer import container_name
 from agora.agent.containers.fetcher import Fetcher, FetchError, local_source_problem
 from agora.agent.executors.containment import TaskContainers
 from agora.agent.executors.health import HealthChecker, health_check_problem
@@ -135,6 +138,9 @@ class CommandExecutor(Executor):
         self._kill_grace: dict[TaskID, float] = {}
         self._killing_state = False
         self._user: str | None = None
+        #: The containers' cgroup hierarchy, to read a task's totals (found on first use).
+        self._cgroups: Cgroups | None = None
+        self._cgroups_detected = False
 
     # ------------------------------------------------------------------ callbacks
 
@@ -520,7 +526,11 @@ class CommandExecutor(Executor):
         task_id = process.task_id
         self._kill_grace.pop(task_id, None)
         entry = self._tasks.get(task_id)
-        limitation = self._containers.finish(task_id) if self._containers is not None else None
+        limitation = None
+        totals = Totals(process.cpu_seconds, process.max_rss_bytes)
+        if self._containers is not None:
+            totals = self._final_totals(task_id, totals)
+            limitation = self._containers.finish(task_id)
         self._reap_strays()
         reason: Reason | None = None
         message = exit_message(code)
@@ -539,14 +549,42 @@ class CommandExecutor(Executor):
             state = TaskState.FAILED
         log.debug("task_exited", task_id=task_id, state=state.value, exit_code=code)
         if entry is None:
-            self._update(task_id, state, message, exit_code=code, reason=reason)
+            self._update(task_id, state, message, exit_code=code, reason=reason, totals=totals)
             return
-        self._end(entry, state, message, exit_code=code, reason=reason)
+        self._end(entry, state, message, exit_code=code, reason=reason, totals=totals)
         group = entry.group
         failed = state is TaskState.FAILED or (reason is Reason.TASK_HEALTH_CHECK_STATUS_UPDATED)
         if group is not None and failed and not group.failed:
             group.failed = True
             self._kill_group(group, entry)
+
+    def _final_totals(self, task_id: TaskID, measured: Totals) -> Totals:
+        """The totals of the task's container cgroup, if it has one, read before the container
+        is destroyed; what the cgroup does not tell is taken from ``measured`` (rusage)."""
+        assert self._containers is not None and self._driver is not None
+        config = self._containers.config
+        if not config.cgroup_controllers:
+            return measured
+        if not self._cgroups_detected:
+            self._cgroups_detected = True
+            try:
+                self._cgroups = Cgroups.detect(config.cgroups_root)
+            except CgroupError as exc:
+                log.warning("task_totals_unavailable", error=str(exc))
+        if self._cgroups is None:
+            return measured
+        try:
+            cgroup = self._cgroups.open(container_name(self._driver.framework_id, task_id))
+            totals = cgroup.totals() if cgroup is not None else None
+        except (OSError, CgroupError) as exc:
+            log.warning("task_totals_unreadable", task_id=task_id, error=str(exc))
+            totals = None
+        if totals is None:
+            return measured
+        return Totals(
+            measured.cpu_seconds if totals.cpu_seconds is None else totals.cpu_seconds,
+            measured.max_rss_bytes if totals.max_rss_bytes is None else totals.max_rss_bytes,
+        )
 
     def _reap_strays(self) -> None:
         """Reap what was re-parented to us and has exited (not the health checks' probes)."""
@@ -581,6 +619,7 @@ class CommandExecutor(Executor):
         *,
         exit_code: int | None = None,
         reason: Reason | None = None,
+        totals: Totals | None = None,
     ) -> None:
         """The task's terminal update; the executor forgets it."""
         if entry.done:
@@ -597,6 +636,7 @@ class CommandExecutor(Executor):
             exit_code=exit_code,
             reason=reason,
             healthy=entry.healthy,
+            totals=totals,
         )
         self._stop_if_idle()
 
@@ -609,6 +649,7 @@ class CommandExecutor(Executor):
         *,
         reason: Reason | None = None,
         healthy: bool | None = None,
+        totals: Totals | None = None,
     ) -> None:
         assert self._driver is not None
         self._driver.send_status_update(
@@ -620,6 +661,8 @@ class CommandExecutor(Executor):
                 exit_code=exit_code,
                 reason=reason,
                 healthy=healthy,
+                cpu_seconds=None if totals is None else totals.cpu_seconds,
+                max_rss_bytes=None if totals is None else totals.max_rss_bytes,
             )
         )
 

@@ -7,7 +7,8 @@ child's directory, so the executor, which is single-threaded, changes its own di
 task sandbox around the call. A task that must run as another user goes through
 ``subprocess.Popen`` (slower; root only). Exits are watched with a pidfd per process registered
 on the loop; when a task's process exits, whatever is left of its process group is SIGKILLed
-(as a container's teardown would) before it is reaped.
+(as a container's teardown would) before it is reaped with ``wait4``, whose rusage gives the
+task's CPU time and peak RSS (its own and those of the descendants it waited for).
 """
 
 from __future__ import annotations
@@ -73,6 +74,9 @@ class TaskProcess:
     streams: dict[int, _Stream] = field(default_factory=dict)
     killed: bool = False  # a kill was requested: the task ends KILLED whatever its status
     returncode: int | None = None  # as subprocess: negative = terminated by that signal
+    #: From the rusage of the reaped process (None until then, or when someone else reaped it).
+    cpu_seconds: float | None = None  # user + system
+    max_rss_bytes: int | None = None
     reaped: bool = False
     sigkill: asyncio.TimerHandle | None = None
     sigkill_at: float | None = None
@@ -350,8 +354,10 @@ class TaskProcesses:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)
         try:
-            _, status = os.waitpid(process.pid, 0)
+            _, status, rusage = os.wait4(process.pid, 0)
             process.returncode = os.waitstatus_to_exitcode(status)
+            process.cpu_seconds = rusage.ru_utime + rusage.ru_stime
+            process.max_rss_bytes = rusage.ru_maxrss * 1024  # KiB on Linux
         except ChildProcessError:  # reaped by someone else: the status is lost
             log.warning("task_status_lost", task_id=process.task_id, pid=process.pid)
         process.reaped = True

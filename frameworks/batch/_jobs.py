@@ -75,8 +75,8 @@ def attempt_ended(
     else:
         core.fairshare.forget_running(spec.user, spec.cpus)
     task.exit_code = status.exit_code
-    task.cpu_seconds = getattr(status, "cpu_seconds", None)
-    task.max_rss_bytes = getattr(status, "max_rss_bytes", None)
+    task.cpu_seconds = status.cpu_seconds
+    task.max_rss_bytes = status.max_rss_bytes
     if status.agent_id:
         task.agent_id = status.agent_id
     outcome = _outcome(task, job, status)

@@ -143,6 +143,10 @@ class TaskStatus(Record):
     data: bytes = b""
     #: The command's exit status when it ended (negative: killed by that signal number).
     exit_code: Annotated[int, Range(-255, 255)] | None = None
+    #: On a terminal update, the task's CPU time (user + system, seconds) and peak memory: its
+    #: container's cgroup totals, else the rusage of its process. None: not measured.
+    cpu_seconds: Annotated[float, Range(0, 1e15)] | None = None
+    max_rss_bytes: Annotated[int, Range(0, 2**63 - 1)] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -178,6 +178,8 @@ SPEC_RECORD_FIELDS: dict[str, tuple[str, ...]] = {
         "unreachable_time",
         "data",
         "exit_code",
+        "cpu_seconds",
+        "max_rss_bytes",
     ),
     "Filters": ("refuse_seconds",),
     "Offer": (
