@@ -71,7 +71,8 @@ def _environment(job: JobRecord, task: TaskRecord) -> dict[str, str]:
 def task_info(job: JobRecord, task: TaskRecord, offer: Offer, used: Resources) -> TaskInfo:
     """The TaskInfo of ``task``'s current attempt (``task.task_id``) on ``offer``."""
     spec = job.spec
-    name = spec.name if spec.task_count() == 1 else f"{spec.name}[{task.index}]"
+    single = spec.array is None and not spec.is_gang
+    name = spec.name if single else f"{spec.name}[{task.index}]"
     return TaskSpec(
         name=name,
         command=command_text(spec),

@@ -51,6 +51,8 @@ log = structlog.get_logger(__name__)
 
 #: Flush at once when this many records wait (a flood of updates must not grow without bound).
 FLUSH_AT = 2000
+#: Group commit: at most one commit (one fsync) per this many seconds while events pour in.
+FLUSH_INTERVAL = 0.01
 
 
 class BatchService(Scheduler):
@@ -66,6 +68,7 @@ class BatchService(Scheduler):
         self._actions: list[Action] = []
         self._acks: list[TaskStatus] = []
         self._flush_handle: asyncio.Handle | None = None
+        self._last_flush = 0.0
         self.failed: BaseException | None = None
         self.on_failure: Callable[[BaseException], None] | None = None
 
@@ -125,7 +128,12 @@ class BatchService(Scheduler):
         if len(self._acks) + len(self._actions) >= FLUSH_AT:
             self.flush()
         elif self._flush_handle is None:
-            self._flush_handle = asyncio.get_running_loop().call_soon(self.flush)
+            loop = asyncio.get_running_loop()
+            wait = self._last_flush + FLUSH_INTERVAL - loop.time()
+            if wait > 0:
+                self._flush_handle = loop.call_later(wait, self.flush)
+            else:
+                self._flush_handle = loop.call_soon(self.flush)
 
     def flush(self) -> None:
         """Commit what changed, then act on it. A store that cannot commit stops the service:
@@ -135,6 +143,8 @@ class BatchService(Scheduler):
             self._flush_handle = None
         if self.failed is not None:
             return
+        with contextlib.suppress(RuntimeError):  # no running loop: a direct call
+            self._last_flush = asyncio.get_running_loop().time()
         try:
             jobs, tasks = self.core.take_dirty()
             if jobs or tasks:

@@ -109,7 +109,7 @@ class BatchService:
         return body
 
     def job(self, job_id: int) -> dict[str, Any]:
-        return dict(self.get(f"/jobs/{job_id}")["job"])
+        return dict(self.get(f"/jobs/{job_id}?tasks=0")["job"])
 
     def tasks(self, job_id: int) -> list[dict[str, Any]]:
         return list(self.get(f"/jobs/{job_id}")["tasks"])
