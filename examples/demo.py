@@ -1,13 +1,17 @@
-"""`make demo`: a local cluster with 2 agents, the quickstart framework running 20 tasks, the table.
+"""`make demo`: a local cluster with 2 agents, the quickstart framework running 20 tasks, the
+table, then a batch job: an array of 10 tasks submitted, waited for and accounted.
 
-Starts `agora local` as a child process, waits until it has written the master's address, runs
-examples/quickstart.py against it, shows `agora tasks --all`, and stops the cluster (no process is
-left behind, even on Ctrl-C). Exits non-zero if any step fails.
+Starts `agora local` (which also runs the batch service) as a child process, waits until it has
+written the master's address, runs examples/quickstart.py against it, shows `agora tasks --all`,
+submits `agora batch submit --array 0-9`, waits for it, shows one task's output and the
+accounting (`agora batch history`), and stops the cluster (no process is left behind, even on
+Ctrl-C). Exits non-zero if any step fails.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -42,7 +46,7 @@ def main() -> int:
             )
             print("$ agora tasks --all", flush=True)
             table = subprocess.run([*agora, "tasks", "--all"], env=env, timeout=60)
-            return run.returncode or table.returncode
+            return run.returncode or table.returncode or batch_demo(agora, env)
         finally:
             if cluster.poll() is None:
                 cluster.send_signal(signal.SIGTERM)
@@ -52,6 +56,26 @@ def main() -> int:
                 cluster.kill()
                 cluster.wait()
             print("demo: cluster stopped", flush=True)
+
+
+def batch_demo(agora: list[str], env: dict[str, str]) -> int:
+    """An array job through the batch service that `agora local` started."""
+    words = ["--name", "hello", "--array", "0-9", "--cpus", "0.25", "--mem", "32", "--"]
+    words += ["sh", "-c", "echo task $AGORA_ARRAY_INDEX of job $AGORA_JOB_ID on $(hostname)"]
+    print(f"$ agora batch submit {shlex.join(words)}", flush=True)
+    submit = subprocess.run(
+        [*agora, "batch", "submit", *words], env=env, timeout=60, capture_output=True, text=True
+    )
+    print(submit.stdout + submit.stderr, end="", flush=True)
+    if submit.returncode != 0:
+        return submit.returncode
+    job = submit.stdout.split()[-1]
+    for step in (["wait", job], ["logs", f"{job}.3"], ["history", "--job", job]):
+        print(f"$ agora batch {' '.join(step)}", flush=True)
+        done = subprocess.run([*agora, "batch", *step], env=env, timeout=120)
+        if done.returncode != 0:
+            return done.returncode
+    return 0
 
 
 if __name__ == "__main__":

@@ -123,8 +123,8 @@ def _first_line(proc: subprocess.Popen[bytes], timeout: float, stderr_path: Path
 
 
 def cluster_pids(work: Path) -> set[int]:
-    """Our processes that belong to the cluster under ``work``: daemons (by their command line)
-    and executors and tasks (by the AGORA_SANDBOX they were given)."""
+    """Our processes that belong to the cluster under ``work``: daemons and the batch service (by
+    their command line) and executors and tasks (by the AGORA_SANDBOX they were given)."""
     root = str(work.resolve())
     found: set[int] = set()
     for entry in os.listdir("/proc"):
@@ -144,7 +144,10 @@ def cluster_pids(work: Path) -> set[int]:
         sandbox = next(
             (e.split(b"=", 1)[1].decode() for e in environ if e.startswith(b"AGORA_SANDBOX=")), ""
         )
-        daemon = "agora.master.server" in cmdline or "agora.agent.server" in cmdline
+        daemon = any(
+            name in cmdline
+            for name in ("agora.master.server", "agora.agent.server", "agora.frameworks.batch")
+        )
         if (daemon and root in cmdline) or sandbox.startswith(root):
             found.add(int(entry))
     return found
