@@ -131,8 +131,10 @@ def make_app(
             agents = await cluster.agents()
             if agents:
                 check_fits(spec, agents)
-        except SpecError as exc:
+        except (SpecError, ValueError) as exc:  # ValueError: a resource text Agora refuses
             raise HttpError(400, str(exc)) from None
+        if service.failed is not None:
+            raise HttpError(503, "the job store failed; the service is stopping")
         job, tasks = service.submit(spec)
         service.flush()
         return web.json_response({"job_id": job.job_id, "tasks": len(tasks)}, status=201)
@@ -185,7 +187,9 @@ def make_app(
                 body = await request.json()
             except (ValueError, UnicodeDecodeError):
                 raise HttpError(400, "the body must be JSON") from None
-            raw = body.get("index") if isinstance(body, dict) else None
+            if not isinstance(body, dict) or set(body) - {"index"}:
+                raise HttpError(400, 'the body must be {"index": N} or {"index": null}')
+            raw = body.get("index")
             if raw is not None and (isinstance(raw, bool) or not isinstance(raw, int)):
                 raise HttpError(400, "index must be a whole number or null")
             index = raw
@@ -244,8 +248,8 @@ def _int(text: str | None, default: int) -> int:
         value = int(text)
     except ValueError:
         raise HttpError(400, f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise HttpError(400, f"expected 0 or more, got {value}")
+    if not 0 <= value < 2**62:
+        raise HttpError(400, f"expected 0 or more (and less than 2**62), got {text}")
     return value
 
 

@@ -118,8 +118,22 @@ class BatchClient:
                 raw = reply.read()
         except urllib.error.HTTPError as exc:
             raise CliError(_refusal(exc)) from None
-        except (OSError, ValueError) as exc:  # refused, unresolvable, timed out, a bad URL
+        except TimeoutError:
+            if method == "POST":  # it may have been done: do not invite a blind retry
+                raise Unreachable(
+                    f"the batch service at {self.url} did not answer within {self.timeout:g}s; "
+                    "the request may still have taken effect (see agora batch status)"
+                ) from None
+            raise Unreachable(
+                f"the batch service at {self.url} did not answer within {self.timeout:g}s"
+            ) from None
+        except (OSError, ValueError) as exc:  # refused, unresolvable, a bad URL
             reason = getattr(exc, "reason", None) or exc
+            if isinstance(reason, TimeoutError) and method == "POST":
+                raise Unreachable(
+                    f"the batch service at {self.url} did not answer in time; the request may "
+                    "still have taken effect (see agora batch status)"
+                ) from None
             raise Unreachable(f"cannot reach the batch service at {self.url}: {reason}") from None
         try:
             answer = json.loads(raw)

@@ -98,8 +98,9 @@ class BatchCore:
         ended: dict[int, JobState],
         now: float,
     ) -> None:
-        """The store's active jobs with all their tasks, and every ended job's state."""
-        self.ended.update(ended)
+        """The store's active jobs with all their tasks, and the jobs' states (only those of
+        ended jobs are kept: a dependency on a job still in ``jobs`` waits for it)."""
+        self.ended.update((j, state) for j, state in ended.items() if state.terminal)
         by_job: dict[int, list[TaskRecord]] = {}
         for task in tasks:
             by_job.setdefault(task.job_id, []).append(task)

@@ -259,7 +259,8 @@ _FIELDS: Final = frozenset(f.name for f in fields(JobSpec))
 
 
 def _num(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else repr(value)
+    """A resource amount as Agora's text form takes it: thousandths at most, no exponent."""
+    return f"{value:.3f}".rstrip("0").rstrip(".")
 
 
 def _str(data: dict[str, Any], key: str, limit: int, default: str | None = None) -> str:
@@ -288,13 +289,18 @@ def _float(data: dict[str, Any], key: str, default: float) -> float:
     value = data.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise SpecError(f"{key} must be a number")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:
+        raise SpecError(f"{key} is out of range") from None
 
 
 def _int(data: dict[str, Any], key: str, default: int) -> int:
     value = data.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int):
         raise SpecError(f"{key} must be a whole number")
+    if abs(value) > 2**53:
+        raise SpecError(f"{key} is out of range")
     return int(value)
 
 
@@ -342,6 +348,8 @@ def _check(spec: JobSpec) -> None:
     for key, value in (("cpus", spec.cpus), ("mem", spec.mem), ("disk", spec.disk)):
         if not math.isfinite(value) or value < 0 or value > 1e9:
             raise SpecError(f"{key} must be between 0 and 1e9, not {value}")
+        if value and value < 0.001:
+            raise SpecError(f"{key} must be 0 or at least 0.001 (the finest step), not {value}")
     if spec.cpus <= 0:
         raise SpecError("cpus must be more than 0")
     if spec.mem <= 0:
@@ -369,7 +377,9 @@ def _check(spec: JobSpec) -> None:
     for key in spec.environment:
         if not key or "=" in key or "\0" in key or key.startswith("AGORA_"):
             raise SpecError(f"bad environment variable name {key!r}")
-    if any("\0" in v for v in spec.environment.values()) or "\0" in spec.command + spec.script:
+    texts = [spec.name, spec.user, spec.command, spec.script, spec.workdir, *spec.script_args]
+    texts += [*spec.environment.values(), *(c.attribute + c.value for c in spec.constraints)]
+    if any("\0" in text for text in texts):
         raise SpecError("the job's text must not contain NUL characters")
     if spec.workdir and not spec.workdir.startswith("/"):
         raise SpecError(f"the working directory must be an absolute path, not {spec.workdir!r}")

@@ -328,11 +328,16 @@ class JobStore:
         return {str(user): (float(usage), float(as_of)) for user, usage, as_of in rows}
 
     def save_usage(self, usage: Mapping[str, tuple[float, float]]) -> None:
-        """Replace the stored usage with ``usage`` (a user left out of it is forgotten)."""
+        """Store the usage of the users in ``usage``; the others' stays as it was."""
         rows = [(user, float(u), float(as_of)) for user, (u, as_of) in usage.items()]
+        if not rows:
+            return
         with self._write():
-            self._conn.execute("DELETE FROM usage")
-            self._conn.executemany("INSERT INTO usage (user, usage, as_of) VALUES (?, ?, ?)", rows)
+            self._conn.executemany(
+                "INSERT INTO usage (user, usage, as_of) VALUES (?, ?, ?) "
+                "ON CONFLICT(user) DO UPDATE SET usage = excluded.usage, as_of = excluded.as_of",
+                rows,
+            )
 
     # ------------------------------------------------------------------ transactions
 

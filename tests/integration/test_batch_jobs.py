@@ -169,3 +169,32 @@ def test_bad_submissions_are_refused_and_queue_nothing(batch: BatchService) -> N
     assert batch.get("/jobs?all=1")["jobs"] == []
     job = batch.submit("--constraint", "zone=west", "--", "true")
     assert batch.wait_ended(job)["state"] == "COMPLETED"
+
+
+def test_queues_are_roles_so_quota_applies_between_them(tmp_path: Path) -> None:
+    with LocalCluster(
+        tmp_path / "cluster",
+        agents=1,
+        agent_resources="cpus:4;mem:4096",
+        master_args=("--quota-limit", "high:cpus:1", "--allocation-interval", "0.2"),
+        agent_args=AGENT_ARGS,
+    ) as cluster:
+        service = BatchService(
+            cluster.endpoint, tmp_path / "queues", args=("--queues", "default,high")
+        )
+        service.work_dir.mkdir()
+        service.start()
+        try:
+            high = service.submit("-p", "high", "--array", "0-2", "--", "sleep", "30")
+            low = service.submit("--array", "0-1", "--", "sleep", "30")
+            wait_for(lambda: service.job(low)["tasks"]["RUNNING"] == 2, 30, "the default queue")
+            wait_for(lambda: service.job(high)["tasks"]["RUNNING"] == 1, 30, "the high queue")
+            # cpus are free, but the high queue's role is limited to 1 cpu
+            assert service.job(high)["tasks"]["PENDING"] == 2
+            refused = service.cli("submit", "-p", "nope", "--", "true")
+            assert refused.returncode != 0 and "unknown queue 'nope'" in refused.stderr
+            for job in (high, low):
+                assert service.cli("cancel", str(job)).returncode == 0
+                assert service.wait_ended(job)["state"] == "CANCELLED"
+        finally:
+            service.stop()

@@ -519,3 +519,24 @@ def test_revive_for_a_job_whose_dependency_already_completed() -> None:
     h.update(1, 0, S.FINISHED, T0 + 1, code=0)
     actions = h.submit(2, spec(dependencies=after(DepKind.AFTEROK, 1)), T0 + 2)
     assert Revive() in actions + h.core.tick(T0 + 3)
+
+
+def test_a_restart_keeps_dependencies_on_jobs_still_running_waiting() -> None:
+    """The store hands load() every job's state; only ended ones may decide a dependency."""
+    h = Harness()
+    h.submit(1, spec())
+    h.submit(2, spec(dependencies=(Dependency(DepKind.AFTEROK, 1),)))
+    h.submit(3, spec(dependencies=(Dependency(DepKind.AFTERNOTOK, 1),)))
+    h.give(T0)
+    h.run(1, 0, T0 + 1)
+    jobs, tasks = h.core.take_dirty()
+    h.stored_jobs.update((j.job_id, dataclasses.replace(j)) for j in jobs)
+    h.stored_tasks.update((t.key, dataclasses.replace(t)) for t in tasks)
+    core = BatchCore(CFG)
+    states = {j: job.state for j, job in h.stored_jobs.items()}  # as store.load_job_states()
+    core.load(list(h.stored_jobs.values()), list(h.stored_tasks.values()), states, T0 + 2)
+    assert core.waiting == {2, 3} and not core.ended
+    h.core = core
+    h.update(1, 0, S.FINISHED, T0 + 3, code=0)
+    assert core.ended == {1: JobState.COMPLETED, 3: JobState.FAILED}
+    assert core.waiting == set()  # job 2 may run now

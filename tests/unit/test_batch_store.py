@@ -317,7 +317,12 @@ def test_meta_and_usage_survive_a_reopen(tmp_path: Path) -> None:
     store = reopened(tmp_path)
     try:
         assert store.get_meta("framework_id") == "fw-2"
-        assert store.load_usage() == {"alice": (13.5, 102.0), "carol": (1.0, 102.0)}
+        # Each save carries only the users whose usage changed; bob's stays as it was.
+        assert store.load_usage() == {
+            "alice": (13.5, 102.0),
+            "bob": (0.25, 101.0),
+            "carol": (1.0, 102.0),
+        }
     finally:
         store.close()
 
