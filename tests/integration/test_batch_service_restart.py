@@ -71,22 +71,32 @@ def test_two_users_with_equal_shares_get_equal_service(
         batch.work_dir.mkdir()
         batch.start()
         try:
+            # Both jobs go in back to back through the API (a CLI process each would let the
+            # first user's tasks start a second before the second user's job exists).
             jobs = {}
             for user in ("alice", "bob"):
-                jobs[user] = batch.submit(
-                    *("--user", user, "--array", "0-99", "--cpus", "1", "--mem", "16"),
-                    *("--", "sleep", "0.1"),
-                )
+                spec = {
+                    "name": f"{user}-work",
+                    "user": user,
+                    "command": "sleep 0.2",
+                    "cpus": 1,
+                    "mem": 16,
+                    "array": {"ranges": [[0, 99, 1]], "max_running": 0},
+                }
+                status, reply = batch.call("POST", "/jobs", {"spec": spec})
+                assert status == 201, reply
+                jobs[user] = int(reply["job_id"])
             for job in jobs.values():
                 assert batch.wait_ended(job, timeout=120)["state"] == "COMPLETED"
             starts = {
                 user: sorted(t["start_time"] for t in batch.tasks(job))
                 for user, job in jobs.items()
             }
-            # While both had work queued (until one of them had started its last task), each
-            # got about half of the cluster.
-            contended_until = min(s[-1] for s in starts.values())
-            served = {u: sum(1 for t in s if t <= contended_until) for u, s in starts.items()}
+            # While both had work queued (from the later first start to the earlier last
+            # start), each got about half of the cluster.
+            since = max(s[0] for s in starts.values())
+            until = min(s[-1] for s in starts.values())
+            served = {u: sum(1 for t in s if since <= t <= until) for u, s in starts.items()}
             assert abs(served["alice"] - served["bob"]) <= 0.1 * max(served.values()), served
         finally:
             batch.stop()
