@@ -12,15 +12,17 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-# System packages the root-only tests use: a busybox image for filesystem/rootfs, and nftables
-# plus iproute2 for the multi-host rig (deploy/rig.py) of the fault suite. Installed with apt when
-# running as root on Debian; skipped otherwise (those tests then skip).
+# System packages: a busybox image for filesystem/rootfs, nftables plus iproute2 for the
+# multi-host rig (deploy/rig.py) of the fault suite, and Open MPI for the MPI framework (mpi4py
+# comes from PyPI with the test extras). Installed with apt when running as root on Debian;
+# skipped otherwise (the tests that need them then skip, and agora mpirun says what is missing).
 SYSDEPS := $(VENV)/.system-deps
 $(SYSDEPS): $(STAMP)
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
-	   ! { [ -x /bin/busybox ] && command -v nft >/dev/null && command -v ip >/dev/null; }; then \
+	   ! { [ -x /bin/busybox ] && command -v nft >/dev/null && command -v ip >/dev/null && \
+	       command -v mpirun >/dev/null && command -v orted >/dev/null; }; then \
 		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-			busybox-static nftables iproute2; \
+			busybox-static nftables iproute2 openmpi-bin libopenmpi-dev; \
 	fi
 	touch $@
 
@@ -31,7 +33,7 @@ test: $(STAMP) $(SYSDEPS)
 	$(BIN)/pytest
 
 # A local cluster (1 master, 2 agents) runs the quickstart framework's 20 tasks, then stops.
-demo: $(STAMP)
+demo: $(STAMP) $(SYSDEPS)
 	$(BIN)/python examples/demo.py
 
 lint: $(STAMP)

@@ -1,7 +1,7 @@
 """Each rank contributes rank+1; an allreduce sums them and every rank checks the sum.
 
-    agora mpirun -n 4 -- python -m mpi4py examples/mpi_allreduce.py
-    agora mpirun -n 4 -- python -m mpi4py examples/mpi_allreduce.py --abort 2   # rank 2 aborts
+agora mpirun -n 4 -- python -m mpi4py examples/mpi_allreduce.py
+agora mpirun -n 4 -- python -m mpi4py examples/mpi_allreduce.py --abort 2   # rank 2 aborts
 """
 
 import socket

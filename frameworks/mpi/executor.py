@@ -1,0 +1,214 @@
+"""The MPI member executor: ``python -m agora.frameworks.mpi.executor``, one per gang agent.
+
+Its one task holds the agent's slots. On every member it runs the commands the scheduler relays
+from a launcher (``exec``: ``/bin/sh -c`` in this container, output and exit code sent back)
+and kills them with every descendant on ``kill``. On the rank-0 member it also writes the
+hostfile, serves the launchers on a unix socket and runs ``mpirun``, streaming its (tagged)
+output to the scheduler; the task ends FINISHED when ``mpirun`` exits 0, else FAILED with its
+exit code. A kill or shutdown stops ``mpirun`` and everything under this executor.
+
+The task's ``data`` is a msgpack map: ``member`` (its name), ``rank0`` (bool), and for rank 0
+``hostfile`` (text), ``argv`` (mpirun's) and ``env`` (added to mpirun's environment).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from typing import Any
+
+import msgpack
+import structlog
+from agora.frameworks.mpi.launch_server import LaunchServer
+from agora.frameworks.mpi.protocol import ProtocolError, decode, encode
+from agora.frameworks.mpi.remote import RemoteCommands, become_subreaper
+from agora.sdk.executor import Executor, ExecutorDriver, run_executor
+from agora.sdk.ids import TaskID
+from agora.sdk.messages import StatusSource, TaskInfo, TaskState, TaskStatus
+
+__all__ = ["MemberExecutor", "main"]
+
+log = structlog.get_logger(__name__)
+
+CHUNK = 64 * 1024
+KILL_GRACE = 3.0
+
+
+class MemberExecutor(Executor):
+    def __init__(self) -> None:
+        self.driver: ExecutorDriver | None = None
+        self.task_id: TaskID | None = None
+        self.remote: RemoteCommands | None = None
+        self.server: LaunchServer | None = None
+        self.mpirun: asyncio.subprocess.Process | None = None
+        self.ended = False
+        self.killed = False
+
+    # ------------------------------------------------------------------ callbacks
+
+    async def launch_task(self, driver: ExecutorDriver, task: TaskInfo) -> None:
+        self.driver = driver
+        if self.task_id is not None:
+            self._status(task.task_id, TaskState.FAILED, "this executor already holds a member")
+            return
+        self.task_id = task.task_id
+        try:
+            info = msgpack.unpackb(task.data, raw=False)
+            if not isinstance(info, dict) or not isinstance(info.get("member"), str):
+                raise ValueError("task data is not a member description")
+        except ValueError as exc:
+            self._end(TaskState.FAILED, f"bad task data: {exc}")
+            return
+        sandbox = driver.sandbox
+        env = _environment(sandbox)
+        self.remote = RemoteCommands(driver.send_framework_message, env, sandbox)
+        self._status(task.task_id, TaskState.RUNNING, f"member {info['member']} holds its slots")
+        if info.get("rank0"):
+            await self._run_mpirun(driver, info, env, sandbox)
+
+    def framework_message(self, driver: ExecutorDriver, data: bytes) -> None:
+        try:
+            message = decode(data)
+        except ProtocolError as exc:
+            log.warning("mpi_bad_message", error=str(exc))
+            return
+        kind = message["t"]
+        if kind == "exec" and self.remote is not None and not self.ended:
+            self.remote.start(message["id"], message["cmd"])
+        elif kind == "kill" and self.remote is not None:
+            self.remote.kill(message["id"])
+        elif kind in ("out", "exit") and self.server is not None:
+            self.server.deliver(message["id"], data)
+
+    async def kill_task(self, driver: ExecutorDriver, task_id: TaskID) -> None:
+        if task_id != self.task_id or self.ended:
+            return
+        self.killed = True
+        await self._stop_everything()
+        self._end(TaskState.KILLED, "killed")
+
+    async def shutdown(self, driver: ExecutorDriver) -> None:
+        self.killed = True
+        await self._stop_everything()
+        if self.task_id is not None and not self.ended:
+            self._end(TaskState.KILLED, "executor shut down")
+
+    # ------------------------------------------------------------------ rank 0
+
+    async def _run_mpirun(
+        self, driver: ExecutorDriver, info: dict[str, Any], env: dict[str, str], sandbox: str
+    ) -> None:
+        hostfile = os.path.join(sandbox, "hostfile")
+        with open(hostfile, "w", encoding="utf-8") as fh:
+            fh.write(str(info.get("hostfile", "")))
+        socket_path = os.path.join(sandbox, "launch.sock")
+        server = LaunchServer(on_launch=self._on_launch, on_cancel=self._on_cancel)
+        await server.start(socket_path)
+        self.server = server
+        argv = [str(a) for a in info.get("argv", [])]
+        argv = [a.replace("{hostfile}", hostfile) for a in argv]
+        extra = {str(k): str(v) for k, v in dict(info.get("env", {})).items()}
+        extra["AGORA_MPI_LAUNCH_SOCKET"] = socket_path
+        try:
+            self.mpirun = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env={**env, **extra},
+                cwd=sandbox,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            self._end(TaskState.FAILED, f"cannot start mpirun: {exc}")
+            return
+        proc = self.mpirun
+        assert proc.stdout is not None and proc.stderr is not None
+        await asyncio.gather(self._relay(proc.stdout, 1), self._relay(proc.stderr, 2))
+        code = await proc.wait()
+        if code < 0:
+            code = 128 - code
+        await self._stop_everything()
+        if self.killed:
+            return
+        if code == 0:
+            self._end(TaskState.FINISHED, "mpirun exited 0", exit_code=0)
+        else:
+            self._end(TaskState.FAILED, f"mpirun exited {code}", exit_code=code)
+
+    async def _relay(self, stream: asyncio.StreamReader, fd: int) -> None:
+        assert self.driver is not None
+        while chunk := await stream.read(CHUNK):
+            self.driver.send_framework_message(encode("log", fd=fd, data=chunk))
+
+    def _on_launch(self, launch_id: str, host: str, cmd: str) -> None:
+        assert self.driver is not None
+        self.driver.send_framework_message(encode("launch", id=launch_id, host=host, cmd=cmd))
+
+    def _on_cancel(self, launch_id: str) -> None:
+        assert self.driver is not None
+        self.driver.send_framework_message(encode("cancel", id=launch_id))
+
+    # ------------------------------------------------------------------ endings
+
+    async def _stop_everything(self) -> None:
+        proc = self.mpirun
+        if proc is not None and proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), KILL_GRACE)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                await proc.wait()
+        if self.remote is not None:
+            await self.remote.kill_all()
+        if self.server is not None:
+            await self.server.close()
+            self.server = None
+
+    def _end(self, state: TaskState, message: str, exit_code: int | None = None) -> None:
+        if self.ended or self.task_id is None:
+            return
+        self.ended = True
+        self._status(self.task_id, state, message, exit_code)
+        if self.driver is not None:
+            self.driver.stop()
+
+    def _status(
+        self, task_id: TaskID, state: TaskState, message: str, exit_code: int | None = None
+    ) -> None:
+        assert self.driver is not None
+        self.driver.send_status_update(
+            TaskStatus(
+                task_id=task_id,
+                state=state,
+                source=StatusSource.EXECUTOR,
+                message=message,
+                exit_code=exit_code,
+            )
+        )
+
+
+def _environment(sandbox: str) -> dict[str, str]:
+    """The environment of mpirun, of relayed commands (orted) and so of the ranks: this
+    executor's, without Agora's executor variables, with this Python's bin dir first on PATH
+    (so ``python`` is the one that has Agora, and mpi4py where it was installed with it)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGORA_")}
+    bin_dir = os.path.dirname(sys.executable)
+    env["PATH"] = f"{bin_dir}:{env.get('PATH', '/usr/local/bin:/usr/bin:/bin')}"
+    env["AGORA_SANDBOX"] = sandbox
+    return env
+
+
+def main() -> None:
+    become_subreaper()
+    run_executor(MemberExecutor())
+
+
+if __name__ == "__main__":
+    main()
