@@ -53,6 +53,7 @@ bench: $(STAMP)
 	$(BIN)/python tests/bench/containers.py --containers 1000
 	$(BIN)/python tests/bench/failover.py
 	$(BIN)/python tests/bench/batch.py --tasks 5000
+	$(BIN)/python tests/bench/mpi.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
