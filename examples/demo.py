@@ -1,5 +1,6 @@
 """`make demo`: a local cluster with 2 agents, the quickstart framework running 20 tasks, the
-table, then a batch job: an array of 10 tasks submitted, waited for and accounted.
+table, then a batch job: an array of 10 tasks submitted, waited for and accounted, then (as root,
+with Open MPI) a 4-rank MPI job across the two agents.
 
 Starts `agora local` (which also runs the batch service) as a child process, waits until it has
 written the master's address, runs examples/quickstart.py against it, shows `agora tasks --all`,
@@ -46,7 +47,9 @@ def main() -> int:
             )
             print("$ agora tasks --all", flush=True)
             table = subprocess.run([*agora, "tasks", "--all"], env=env, timeout=60)
-            return run.returncode or table.returncode or batch_demo(agora, env)
+            return (
+                run.returncode or table.returncode or batch_demo(agora, env) or mpi_demo(agora, env)
+            )
         finally:
             if cluster.poll() is None:
                 cluster.send_signal(signal.SIGTERM)
@@ -76,6 +79,20 @@ def batch_demo(agora: list[str], env: dict[str, str]) -> int:
         if done.returncode != 0:
             return done.returncode
     return 0
+
+
+def mpi_demo(agora: list[str], env: dict[str, str]) -> int:
+    """A 4-rank MPI job across the two agents, when this machine can run one (as root: member
+    executors need host names of their own on one machine; Open MPI and mpi4py installed)."""
+    from agora.frameworks.mpi.setup import missing
+
+    if os.geteuid() != 0 or missing():
+        print("demo: skipping the MPI job (needs root, Open MPI and mpi4py)", flush=True)
+        return 0
+    words = ["-n", "4", "--ntasks-per-node", "2", "--", "python", "-m", "mpi4py"]
+    words.append(str(HERE / "mpi_allreduce.py"))
+    print(f"$ agora mpirun {shlex.join(words)}", flush=True)
+    return subprocess.run([*agora, "mpirun", *words], env=env, timeout=300).returncode
 
 
 if __name__ == "__main__":
