@@ -16,6 +16,7 @@ the job is retried after a backoff (1 s doubling, at most 30 s) while retries la
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import sys
 import time
@@ -151,7 +152,11 @@ class MpiScheduler(Scheduler):
         if rank0:
             data["hostfile"] = hostfile(members)
             data["argv"] = mpirun_argv(self.job, "{hostfile}")
-            data["env"] = mpirun_env(self.job, LAUNCHER, "", as_root=os.geteuid() == 0)
+            job = self.job
+            interface = _configured_interface(member, bundle)
+            if interface:
+                job = dataclasses.replace(job, interface=interface)
+            data["env"] = mpirun_env(job, LAUNCHER, "", as_root=os.geteuid() == 0)
         executor_id = ExecutorID(f"mpi-{attempt.number}-{member.index}")
         executor = ExecutorInfo(
             executor_id=executor_id,
@@ -339,3 +344,17 @@ _GONE = frozenset({TaskState.LOST, TaskState.GONE, TaskState.DROPPED, TaskState.
 
 def _over(state: TaskState) -> bool:
     return is_terminal(state) or state in _GONE
+
+
+#: An agent attribute naming the interface (or CIDR) Open MPI should use on that agent's
+#: network (``agora-agent --attributes mpi_interface:eth0``); it wins over ``--interface``.
+INTERFACE_ATTRIBUTE = "mpi_interface"
+
+
+def _configured_interface(member: Member, bundle: list[Offer]) -> str:
+    for offer in bundle:
+        if offer.agent_id == member.agent_id:
+            value = offer.attributes.get(INTERFACE_ATTRIBUTE, "").strip()
+            if value and not any(c.isspace() or c == "," for c in value):
+                return value
+    return ""

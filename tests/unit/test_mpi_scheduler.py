@@ -474,3 +474,16 @@ def test_no_watchdog_without_a_timeout() -> None:
     rig.clock.now += 365 * 86400
     rig.sched.tick()
     assert rig.driver.kills == []
+
+
+def test_the_rank0_agents_configured_interface_wins_over_the_flag() -> None:
+    rig = Rig(agents=2)
+    bundle = [
+        dataclasses.replace(o, attributes={"mpi_interface": "eth1"} if i == 0 else {})
+        for i, o in enumerate(rig.bundle())
+    ]
+    rig.sched.offers(rig.driver, bundle)
+    (launch,) = rig.driver.accepts[-1][1]
+    data = msgpack.unpackb(launch.task_infos[0].data, raw=False)
+    assert data["env"]["OMPI_MCA_oob_tcp_if_include"] == "eth1"
+    assert data["env"]["OMPI_MCA_btl_tcp_if_include"] == "eth1"
