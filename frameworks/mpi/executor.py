@@ -35,6 +35,8 @@ log = structlog.get_logger(__name__)
 
 CHUNK = 64 * 1024
 KILL_GRACE = 3.0
+#: After mpirun exits, how long its output may still drain.
+RELAY_GRACE = 2.0
 
 
 class MemberExecutor(Executor):
@@ -67,7 +69,12 @@ class MemberExecutor(Executor):
         self.remote = RemoteCommands(driver.send_framework_message, env, sandbox)
         self._status(task.task_id, TaskState.RUNNING, f"member {info['member']} holds its slots")
         if info.get("rank0"):
-            await self._run_mpirun(driver, info, env, sandbox)
+            try:
+                await self._run_mpirun(driver, info, env, sandbox)
+            except Exception as exc:  # whatever it is, the member must not hang RUNNING
+                log.exception("mpi_rank0_failed")
+                await self._stop_everything()
+                self._end(TaskState.FAILED, f"cannot run mpirun: {exc}")
 
     def framework_message(self, driver: ExecutorDriver, data: bytes) -> None:
         try:
@@ -108,10 +115,14 @@ class MemberExecutor(Executor):
         server = LaunchServer(on_launch=self._on_launch, on_cancel=self._on_cancel)
         await server.start(socket_path)
         self.server = server
+        if self.killed:  # killed while the server started
+            return
         argv = [str(a) for a in info.get("argv", [])]
         argv = [a.replace("{hostfile}", hostfile) for a in argv]
         extra = {str(k): str(v) for k, v in dict(info.get("env", {})).items()}
         extra["AGORA_MPI_LAUNCH_SOCKET"] = socket_path
+        if os.geteuid() == 0:  # mpirun refuses root without these
+            extra["OMPI_ALLOW_RUN_AS_ROOT"] = extra["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
         try:
             self.mpirun = await asyncio.create_subprocess_exec(
                 *argv,
@@ -126,9 +137,16 @@ class MemberExecutor(Executor):
             self._end(TaskState.FAILED, f"cannot start mpirun: {exc}")
             return
         proc = self.mpirun
+        if self.killed:  # killed while it was being started: it must not outlive the task
+            await self._stop_everything()
+            return
         assert proc.stdout is not None and proc.stderr is not None
-        await asyncio.gather(self._relay(proc.stdout, 1), self._relay(proc.stderr, 2))
+        relays = asyncio.gather(self._relay(proc.stdout, 1), self._relay(proc.stderr, 2))
         code = await proc.wait()
+        try:  # what it wrote last; a launcher still holding the pipes must not hold us
+            await asyncio.wait_for(asyncio.shield(relays), RELAY_GRACE)
+        except TimeoutError:
+            relays.cancel()
         if code < 0:
             code = 128 - code
         await self._stop_everything()

@@ -158,6 +158,9 @@ def mpirun_env(
         "OMPI_MCA_btl": "self,vader,tcp",
         "OMPI_MCA_pml": "ob1",
         "OMPI_MCA_mpi_yield_when_idle": "1",
+        # Member names are the agents' host names: keep their domains when mpirun calls the
+        # launcher, or "node2.example.com" comes as "node2" and matches no member.
+        "OMPI_MCA_orte_keep_fqdn_hostnames": "1",
         "AGORA_MPI_LAUNCH_SOCKET": socket_path,
         **job.environment,
     }

@@ -16,6 +16,7 @@ the job is retried after a backoff (1 s doubling, at most 30 s) while retries la
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import sys
@@ -93,7 +94,9 @@ class MpiScheduler(Scheduler):
     # ------------------------------------------------------------------ reporting
 
     def say(self, text: str) -> None:
-        print(f"agora mpirun: {text}", file=self.err, flush=True)
+        """A line on stderr; a closed stderr (``| head``) must not stop the job's bookkeeping."""
+        with contextlib.suppress(OSError, ValueError):
+            print(f"agora mpirun: {text}", file=self.err, flush=True)
 
     # ------------------------------------------------------------------ attempts
 
@@ -134,9 +137,9 @@ class MpiScheduler(Scheduler):
             driver.decline(ids, Filters(refuse_seconds=0))
             driver.request([self.job.gang(attempt.gang_id)])
             return
+        infos = [self._task_info(attempt, m, members, bundle) for m in members]
         attempt.members = members
         attempt.started = self.clock()
-        infos = [self._task_info(attempt, m, members, bundle) for m in members]
         attempt.tasks = {str(t.task_id): m for t, m in zip(infos, members, strict=True)}
         driver.accept(
             [OfferID(i) for i in ids], [Launch(task_infos=tuple(infos))], Filters(refuse_seconds=5)
@@ -156,7 +159,7 @@ class MpiScheduler(Scheduler):
             interface = _configured_interface(member, bundle)
             if interface:
                 job = dataclasses.replace(job, interface=interface)
-            data["env"] = mpirun_env(job, LAUNCHER, "", as_root=os.geteuid() == 0)
+            data["env"] = mpirun_env(job, LAUNCHER, "", as_root=False)  # the executor knows
         executor_id = ExecutorID(f"mpi-{attempt.number}-{member.index}")
         executor = ExecutorInfo(
             executor_id=executor_id,
@@ -273,6 +276,7 @@ class MpiScheduler(Scheduler):
     def gang_expired(self, driver: Any, gang_id: GangID, message: str) -> None:
         attempt = self.attempt
         if attempt is not None and attempt.gang_id == gang_id and not attempt.members:
+            self.say(f"attempt {attempt.number}: no gang yet ({message}); still asking")
             driver.request([self.job.gang(attempt.gang_id)])
 
     # ------------------------------------------------------------------ relaying
@@ -320,8 +324,9 @@ class MpiScheduler(Scheduler):
 
     def _output(self, fd: int, data: bytes) -> None:
         if self.log_file is not None:
-            self.log_file.write(data.decode(errors="replace"))
-            self.log_file.flush()
+            with contextlib.suppress(OSError, ValueError):
+                self.log_file.write(data.decode(errors="replace"))
+                self.log_file.flush()
         for rank, stream, line in self.splitters[fd].feed(data):
             self._print_line(fd, rank, stream, line)
 
@@ -333,7 +338,8 @@ class MpiScheduler(Scheduler):
     def _print_line(self, fd: int, rank: int | None, stream: str, line: str) -> None:
         target = self.err if (stream == "stderr" or (rank is None and fd == 2)) else self.out
         prefix = f"{rank}: " if rank is not None else ""
-        print(f"{prefix}{line}", file=target, flush=True)
+        with contextlib.suppress(OSError, ValueError):
+            print(f"{prefix}{line}", file=target, flush=True)
 
 
 #: A member in one of these is gone for this attempt. LOST is not terminal (a partitioned agent

@@ -487,3 +487,22 @@ def test_the_rank0_agents_configured_interface_wins_over_the_flag() -> None:
     data = msgpack.unpackb(launch.task_infos[0].data, raw=False)
     assert data["env"]["OMPI_MCA_oob_tcp_if_include"] == "eth1"
     assert data["env"]["OMPI_MCA_btl_tcp_if_include"] == "eth1"
+
+
+class _ClosedPipe(io.StringIO):
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_a_closed_output_does_not_stop_the_job_from_ending() -> None:
+    """`agora mpirun … | head`: once head exits, writes fail; the job must still end and kill."""
+    rig = Rig(agents=2)
+    rig.sched.out = rig.sched.err = _ClosedPipe()
+    rank0, other = rig.start()
+    rig.sched.framework_message(
+        rig.driver, rank0.agent_id, rank0.executor.executor_id,  # type: ignore[union-attr]
+        encode("log", fd=1, data=b"[1,0]<stdout>:partial line with no newline"),
+    )  # fmt: skip
+    rig.status(rank0, TaskState.FINISHED, exit_code=0)
+    assert rig.sched.done.is_set() and rig.sched.exit_code == 0
+    assert [str(k[0]) for k in rig.driver.kills] == [str(other.task_id)]
