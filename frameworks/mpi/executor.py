@@ -93,6 +93,7 @@ class MemberExecutor(Executor):
     async def kill_task(self, driver: ExecutorDriver, task_id: TaskID) -> None:
         if task_id != self.task_id or self.ended:
             return
+        log.info("mpi_member_killing", task_id=task_id)
         self.killed = True
         await self._stop_everything()
         self._end(TaskState.KILLED, "killed")
@@ -175,6 +176,7 @@ class MemberExecutor(Executor):
     async def _stop_everything(self) -> None:
         proc = self.mpirun
         if proc is not None and proc.returncode is None:
+            log.info("mpi_mpirun_stopping", pid=proc.pid)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
             try:
@@ -184,6 +186,7 @@ class MemberExecutor(Executor):
                     os.killpg(proc.pid, signal.SIGKILL)
                 await proc.wait()
         if self.remote is not None:
+            log.info("mpi_remote_stopping")
             await self.remote.kill_all()
         if self.server is not None:
             await self.server.close()

@@ -49,6 +49,10 @@ __all__ = ["MpiScheduler"]
 #: Seconds past ``timeout`` before the scheduler kills an attempt itself (mpirun's own
 #: ``--timeout`` should have ended it by then).
 WATCHDOG_GRACE = 10.0
+#: Seconds after a failed attempt's kills before they are sent again (with an executor
+#: shutdown), and before members that still have not ended are given up on.
+STOP_RESEND = 10.0
+STOP_GIVE_UP = 30.0
 BACKOFF_CAP = 30.0
 LAUNCHER = (sys.executable, "-m", "agora.frameworks.mpi.launcher")
 
@@ -69,6 +73,9 @@ class Attempt:
     #: the others wait here (mpirun may call the launcher before they are up).
     ready: set[int] = field(default_factory=set)
     waiting: dict[int, list[bytes]] = field(default_factory=dict)
+    #: When the members were told to stop, and whether the kills were sent again.
+    stopping_since: float | None = None
+    escalated: bool = False
 
 
 class MpiScheduler(Scheduler):
@@ -231,9 +238,32 @@ class MpiScheduler(Scheduler):
         self._stop_members(attempt, why)
 
     def _stop_members(self, attempt: Attempt, why: str) -> None:
+        if attempt.stopping_since is None:
+            attempt.stopping_since = self.clock()
         for task_id, member in attempt.tasks.items():
             if task_id not in attempt.ended:
                 self.driver.kill(TaskID(task_id), member.agent_id)
+
+    def _press_stop(self, attempt: Attempt, now: float) -> None:
+        """Members that do not end after their kill: kill again and shut their executors down;
+        past STOP_GIVE_UP, count them as ended so the job can go on (the master and agent
+        still end them; an unreachable agent's are ended when it comes back)."""
+        assert attempt.stopping_since is not None
+        waited = now - attempt.stopping_since
+        left = [(t, m) for t, m in attempt.tasks.items() if t not in attempt.ended]
+        if not left:
+            return
+        if waited >= STOP_RESEND and not attempt.escalated:
+            attempt.escalated = True
+            for task_id, member in left:
+                self.driver.kill(TaskID(task_id), member.agent_id)
+                executor = f"mpi-{attempt.number}-{member.index}"
+                self.driver.shutdown_executor(member.agent_id, executor)
+        if waited >= STOP_GIVE_UP:
+            names = ", ".join(m.name for _, m in left)
+            self.say(f"attempt {attempt.number}: gave up waiting for {names} to stop")
+            attempt.ended.update(t for t, _ in left)
+            self._maybe_finish(attempt)
 
     def _maybe_finish(self, attempt: Attempt) -> None:
         if len(attempt.ended) < len(attempt.tasks):
@@ -256,9 +286,12 @@ class MpiScheduler(Scheduler):
         self.done.set()
 
     def tick(self) -> None:
-        """Start a due retry; kill an attempt running past its timeout."""
+        """Start a due retry; kill an attempt running past its timeout; press members that do
+        not stop."""
         now = self.clock()
         attempt = self.attempt
+        if attempt is not None and attempt.stopping_since is not None and not self.done.is_set():
+            self._press_stop(attempt, now)
         if self.next_try_at is not None and now >= self.next_try_at and attempt is not None:
             self.next_try_at = None
             self._new_attempt(attempt.number + 1)

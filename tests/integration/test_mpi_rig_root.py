@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -73,6 +73,8 @@ class MpiRig:
     rig: Any
     root: Path
     procs: dict[str, subprocess.Popen[bytes]]
+    outputs: dict[int, tuple[Path, Path]] = field(default_factory=dict)
+    started: int = 0
 
     @property
     def master(self) -> str:
@@ -110,7 +112,7 @@ class MpiRig:
             self.rig.command(0, argv), capture_output=True, text=True, timeout=timeout, env=env
         )
 
-    def start_mpirun(self, *args: str) -> subprocess.Popen[str]:
+    def start_mpirun(self, *args: str) -> subprocess.Popen[Any]:
         argv = [
             *(sys.executable, "-m", "agora.sdk.cli", "mpirun"),
             *("--master", self.master, "--interface", self.network, "--chdir", str(EXAMPLES)),
@@ -118,14 +120,27 @@ class MpiRig:
         ]
         env = {k: v for k, v in os.environ.items() if not k.startswith("AGORA_")}
         env["AGORA_HOME"] = str(self.root / "home")
-        return subprocess.Popen(
-            self.rig.command(0, argv),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-            start_new_session=True,
-        )
+        self.started += 1
+        out = self.root / f"mpirun-{self.started}.out"
+        err = self.root / f"mpirun-{self.started}.err"
+        with open(out, "w") as o, open(err, "w") as e:
+            proc = subprocess.Popen(
+                self.rig.command(0, argv), stdout=o, stderr=e, env=env, start_new_session=True
+            )
+        self.outputs[proc.pid] = (out, err)
+        return proc
+
+    def finish(self, proc: subprocess.Popen[Any], timeout: float) -> tuple[int, str, str]:
+        """Wait for a started mpirun; (exit code, stdout, stderr). On a timeout it is killed
+        and the test fails showing what it had printed."""
+        out, err = self.outputs.pop(proc.pid)
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+            raise AssertionError(f"agora mpirun did not end: {err.read_text()[-3000:]}") from None
+        return code, out.read_text(), err.read_text()
 
 
 @pytest.fixture(scope="module")
@@ -226,21 +241,16 @@ def test_timeout_kills_a_hanging_job(cluster: MpiRig) -> None:
     wait_for(lambda: not _mpi_pids(), 15, "no MPI process left")
 
 
+@pytest.mark.timeout(240)
 def test_two_jobs_each_wanting_the_whole_cluster_both_finish(cluster: MpiRig) -> None:
     args = ("-n", "4", "--ntasks-per-node", "1", "--cpus-per-rank", "2", "--mem-per-rank", "512")
     program = "import time; from mpi4py import MPI; MPI.COMM_WORLD.Barrier(); time.sleep(1)"
     first = cluster.start_mpirun(*args, "--", "python", "-m", "mpi4py", "-c", program)
     second = cluster.start_mpirun(*args, "--", "python", "-m", "mpi4py", "-c", program)
-    try:
-        _out1, err1 = first.communicate(timeout=120)
-        _out2, err2 = second.communicate(timeout=120)
-    finally:
-        for proc in (first, second):
-            if proc.poll() is None:
-                os.killpg(proc.pid, 9)
-                proc.wait(5)
-    assert first.returncode == 0, err1
-    assert second.returncode == 0, err2
+    code1, _, err1 = cluster.finish(first, 100)
+    code2, _, err2 = cluster.finish(second, 100)
+    assert code1 == 0, err1
+    assert code2 == 0, err2
 
 
 @pytest.fixture
@@ -254,6 +264,7 @@ def shared_dir() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.mark.timeout(200)
 def test_a_job_that_loses_an_agent_is_retried_and_succeeds(
     cluster: MpiRig, shared_dir: Path
 ) -> None:
@@ -276,11 +287,11 @@ def test_a_job_that_loses_an_agent_is_retried_and_succeeds(
         hosts = {a["agent_id"]: a["hostname"] for a in state["agents"]}
         lost = sorted(hosts[a] for a in running)[-1]  # not rank 0's: mpirun must see it go
         cluster.rig.isolate(int(lost.split("-")[1]))
-        _out, err = job.communicate(timeout=120)
+        code, _, err = cluster.finish(job, 80)
     finally:
         cluster.rig.heal()
         if job.poll() is None:
-            os.killpg(job.pid, 9)
+            os.killpg(job.pid, signal.SIGKILL)
             job.wait(5)
-    assert job.returncode == 0, err
+    assert code == 0, err
     assert "attempt 1 failed" in err and "attempt 2" in err

@@ -26,6 +26,7 @@ class FakeDriver:
     declines: list[list[str]] = field(default_factory=list)
     kills: list[tuple[str, str | None]] = field(default_factory=list)
     messages: list[tuple[str, str, bytes]] = field(default_factory=list)
+    shutdowns: list[tuple[str, str]] = field(default_factory=list)
 
     def request(self, gangs: list[GangRequest]) -> None:
         self.requests.extend(gangs)
@@ -41,6 +42,9 @@ class FakeDriver:
 
     def message(self, agent_id: Any, executor_id: Any, data: bytes) -> None:
         self.messages.append((str(agent_id), str(executor_id), data))
+
+    def shutdown_executor(self, agent_id: Any, executor_id: Any) -> None:
+        self.shutdowns.append((str(agent_id), str(executor_id)))
 
     def calls(self) -> int:
         return sum(
@@ -506,3 +510,21 @@ def test_a_closed_output_does_not_stop_the_job_from_ending() -> None:
     rig.status(rank0, TaskState.FINISHED, exit_code=0)
     assert rig.sched.done.is_set() and rig.sched.exit_code == 0
     assert [str(k[0]) for k in rig.driver.kills] == [str(other.task_id)]
+
+
+def test_a_member_that_does_not_stop_is_pressed_then_given_up_on() -> None:
+    """A kill that gets no answer must not hold the job for ever."""
+    rig = Rig(agents=2, retries=1)
+    rank0, other = rig.start()
+    rig.status(other, TaskState.LOST)  # the attempt fails; rank 0 is told to stop...
+    assert [k[0] for k in rig.driver.kills] == [str(rank0.task_id)]
+    rig.clock.now += 10.5  # ...and never answers
+    rig.sched.tick()
+    assert len(rig.driver.kills) == 2
+    assert rig.driver.shutdowns == [(str(rank0.agent_id), "mpi-1-0")]
+    rig.clock.now += 20
+    rig.sched.tick()
+    assert "gave up waiting for" in rig.err.getvalue()
+    rig.clock.now += 5  # past the retry's backoff
+    rig.sched.tick()
+    assert len(rig.driver.requests) == 2  # attempt 2 asked for its gang
