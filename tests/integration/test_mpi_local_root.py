@@ -4,7 +4,6 @@ gets its own UTS namespace and host name, so Open MPI's per-host files never col
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 from support.cluster import LocalCluster
 from support.polling import wait_for
+from support.procs import mpi_pids
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,20 +27,6 @@ def _why_skip() -> str | None:
 
 
 pytestmark = pytest.mark.skipif(bool(_why_skip()), reason=str(_why_skip()))
-
-
-def mpi_pids() -> set[int]:
-    found = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
-        except OSError:
-            continue
-        if re.search(rb"(^|/)(orted|mpirun) |-m mpi4py ", cmdline):
-            found.add(int(entry))
-    return found
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 from support.polling import wait_for
+from support.procs import mpi_pids
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -51,21 +52,6 @@ def _why_skip() -> str | None:
 
 
 pytestmark = pytest.mark.skipif(bool(_why_skip()), reason=str(_why_skip()))
-
-
-def _mpi_pids() -> set[int]:
-    """Processes of Open MPI or of a rank, anywhere on this machine."""
-    found = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
-        except OSError:
-            continue
-        if re.search(rb"(^|/)(orted|mpirun) |-m mpi4py ", cmdline):
-            found.add(int(entry))
-    return found
 
 
 @dataclass
@@ -226,7 +212,7 @@ def test_a_rank_that_exits_1_fails_the_job_fast_and_leaves_nothing(cluster: MpiR
     assert done.returncode != 0, done.stdout
     assert time.monotonic() - started < 30
     assert "FAILED" in done.stderr
-    wait_for(lambda: not _mpi_pids(), 15, "no MPI process left")
+    wait_for(lambda: not mpi_pids(), 15, "no MPI process left")
 
 
 def test_timeout_kills_a_hanging_job(cluster: MpiRig) -> None:
@@ -238,7 +224,7 @@ def test_timeout_kills_a_hanging_job(cluster: MpiRig) -> None:
     )  # fmt: skip
     assert done.returncode != 0
     assert time.monotonic() - started < 40
-    wait_for(lambda: not _mpi_pids(), 15, "no MPI process left")
+    wait_for(lambda: not mpi_pids(), 15, "no MPI process left")
 
 
 @pytest.mark.timeout(240)

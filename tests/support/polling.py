@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -23,3 +24,13 @@ def wait_for(
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(delay)
         delay = min(delay * 2, 0.2)
+
+
+async def until(predicate: Callable[[], object], timeout: float = 10.0, what: str = "") -> None:
+    """The asyncio twin of :func:`wait_for`: poll ``predicate`` every 10 ms, fail past
+    ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
+        await asyncio.sleep(0.01)

@@ -8,7 +8,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -17,6 +17,8 @@ from agora.frameworks.mpi.launch_server import LaunchServer
 from agora.frameworks.mpi.launcher import SOCKET_VAR, UsageError, main, split_command
 from agora.frameworks.mpi.protocol import decode, encode, frame
 from agora.frameworks.mpi.remote import RemoteCommands
+from support.polling import until
+from support.procs import alive
 
 LAUNCHER = [sys.executable, "-m", "agora.frameworks.mpi.launcher"]
 
@@ -75,22 +77,6 @@ async def rig_for(tmp_path: Path) -> AsyncIterator[Rig]:
         await rig.server.close()
         await rig.remote.kill_all()
     assert not os.path.exists(rig.path)
-
-
-async def until(predicate: Callable[[], object], timeout: float = 10.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
-        await asyncio.sleep(0.01)
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return False
-    return stat[stat.rfind(b")") + 2 :].split()[0] != b"Z"
 
 
 def read_pid(path: Path) -> int | None:

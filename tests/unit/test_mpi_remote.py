@@ -7,14 +7,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from agora.frameworks.mpi.protocol import decode
 from agora.frameworks.mpi.remote import CHUNK, MARKER_VAR, RemoteCommands
+from support.polling import until
+from support.procs import alive
 
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "FOO": "bar baz"}
 
@@ -38,23 +38,6 @@ class Collector:
         codes = [m["code"] for m in self.of(id) if m["t"] == "exit"]
         assert len(codes) <= 1, "more than one exit"
         return codes[0] if codes else None
-
-
-async def until(predicate: Callable[[], object], timeout: float = 10.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
-        await asyncio.sleep(0.01)
-
-
-def alive(pid: int) -> bool:
-    """``pid`` exists and is not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return False
-    return stat[stat.rfind(b")") + 2 :].split()[0] != b"Z"
 
 
 async def run_one(tmp_path: Path, cmd: str) -> Collector:
