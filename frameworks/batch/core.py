@@ -387,17 +387,16 @@ class BatchCore:
         actions += self._request_gangs(now)
         return actions
 
-    def _release_due(self, now: float) -> bool:
+    def _release_due(self, now: float) -> None:
         if not self.delayed:
-            return False
+            return
         due = [t for t in self.delayed if t.not_before <= now]
         if not due:
-            return False
+            return
         self.delayed = [t for t in self.delayed if t.not_before > now]
         for task in sorted(due, key=lambda t: t.index):
             if task.state is TaskState.PENDING:
                 self.ready[task.job_id].append(task)
-        return True
 
     def _want_offers(self) -> list[Action]:
         wanted = any(not job.spec.is_gang and self._has_slot(job) for job in self._schedulable())

@@ -206,7 +206,7 @@ class MpiScheduler(Scheduler):
             if status.state is TaskState.FINISHED:
                 attempt.exit_code = 0
                 self._flush_output()
-                self._stop_members(attempt, "")
+                self._stop_members(attempt)
                 self.say(f"attempt {attempt.number}: mpirun exited 0")
                 self._finish(0)  # the teardown that follows stops the other members
                 return
@@ -235,9 +235,9 @@ class MpiScheduler(Scheduler):
         attempt.failed = why
         self._flush_output()
         self.say(f"attempt {attempt.number} failed: {why}")
-        self._stop_members(attempt, why)
+        self._stop_members(attempt)
 
-    def _stop_members(self, attempt: Attempt, why: str) -> None:
+    def _stop_members(self, attempt: Attempt) -> None:
         if attempt.stopping_since is None:
             attempt.stopping_since = self.clock()
         for task_id, member in attempt.tasks.items():
