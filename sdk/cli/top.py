@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import signal
 import sys
 import time
 from collections import deque
@@ -132,6 +133,28 @@ async def _live(master: str, curve: CurveClient | None, timeout: float, interval
     top.update(await _fetch(master, curve, timeout), time.time())
     console = Console()
     wake = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def quit_on_signal() -> None:  # Ctrl-C quits as q does: through the loop, screen restored
+        top.quit = True
+        wake.set()
+
+    loop.add_signal_handler(signal.SIGINT, quit_on_signal)
+    try:
+        await _show(top, console, wake, master, curve, timeout, interval)
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+
+
+async def _show(
+    top: TopState,
+    console: Console,
+    wake: asyncio.Event,
+    master: str,
+    curve: CurveClient | None,
+    timeout: float,
+    interval: float,
+) -> None:
     with (
         _keys(top, wake),
         Live(
