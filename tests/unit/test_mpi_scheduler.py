@@ -95,6 +95,17 @@ class Rig:
             for i in range(self.agents)
         ]
 
+    def retried(self) -> tuple[TaskInfo, TaskInfo]:
+        """Attempt 1 fails (mpirun exits 3, the other member is killed) and attempt 2 starts;
+        attempt 1's rank-0 and other task infos."""
+        rank0, other = self.start()
+        self.status(rank0, TaskState.FAILED, exit_code=3)
+        self.status(other, TaskState.KILLED)
+        self.clock.now += 2
+        self.sched.tick()
+        self.start()
+        return rank0, other
+
     def start(self, *, running: bool = True) -> list[TaskInfo]:
         """Offer the requested gang; the task infos of the one accept it makes (each reported
         RUNNING unless ``running`` is False)."""
@@ -387,12 +398,7 @@ def test_a_failed_attempt_is_retried_whole_after_the_backoff() -> None:
 
 def test_updates_of_an_older_attempt_change_nothing() -> None:
     rig = Rig(agents=2, retries=1)
-    rank0, other = rig.start()
-    rig.status(rank0, TaskState.FAILED, exit_code=3)
-    rig.status(other, TaskState.KILLED)
-    rig.clock.now += 2
-    rig.sched.tick()
-    rig.start()
+    rank0, _ = rig.retried()
     rig.status(rank0, TaskState.FINISHED, exit_code=0)
     assert not rig.sched.done.is_set()
 
@@ -433,12 +439,7 @@ def test_a_lost_executor_fails_the_attempt() -> None:
 
 def test_an_older_attempts_executor_exiting_does_not_fail_the_retry() -> None:
     rig = Rig(agents=2, retries=1)
-    rank0, other = rig.start()
-    rig.status(rank0, TaskState.FAILED, exit_code=3)
-    rig.status(other, TaskState.KILLED)
-    rig.clock.now += 2
-    rig.sched.tick()
-    rig.start()
+    _, other = rig.retried()
     kills = len(rig.driver.kills)
     assert other.executor is not None
     rig.sched.executor_lost(rig.driver, other.agent_id, other.executor.executor_id, 0)
