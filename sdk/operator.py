@@ -1,4 +1,5 @@
-"""The operator client: read the master's state, kill a task on an operator's word.
+"""The operator client: read the master's state and make operator calls (kill a task, set weights
+and quota, drain an agent or mark it gone, tear a framework down).
 
 Each call opens its own short-lived connection, so a client object is cheap, holds no socket
 between calls and may be used from any event loop (or from plain code via the ``*_sync``
@@ -13,12 +14,27 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, TypeVar
 
 from agora.sdk.discovery import parse_masters
-from agora.sdk.ids import FrameworkID, TaskID
+from agora.sdk.ids import AgentID, FrameworkID, TaskID
 from agora.sdk.messages import Error, ErrorCode, Message
-from agora.sdk.messages.operator import GetState, OperatorKill, StateReply
+from agora.sdk.messages.operator import (
+    OPERATOR_CALLS,
+    DrainAgent,
+    GetState,
+    MarkAgentGone,
+    OperatorDone,
+    OperatorKill,
+    ReactivateAgent,
+    RoleWeight,
+    StateReply,
+    TeardownFramework,
+    UpdateQuota,
+    UpdateWeights,
+)
+from agora.sdk.resources import Resources
 from agora.sdk.transport import MasterLink
 
 if TYPE_CHECKING:
@@ -27,6 +43,8 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_TIMEOUT", "OperatorClient", "OperatorError"]
 
 DEFAULT_TIMEOUT = 5.0
+
+_Answer = TypeVar("_Answer", StateReply, OperatorDone)
 
 
 class OperatorError(RuntimeError):
@@ -46,7 +64,15 @@ class OperatorClient:
 
     async def get_state(self, timeout: float = DEFAULT_TIMEOUT) -> StateReply:
         """A snapshot of agents, frameworks and tasks. TimeoutError when the master is silent."""
-        return await self._exchange((GetState(),), timeout)
+        return await self._exchange(GetState(), StateReply, timeout)
+
+    async def call(self, message: Message, timeout: float = DEFAULT_TIMEOUT) -> OperatorDone:
+        """Make one operator call; its answer once it took effect (calls that change the
+        registry answer once the change is committed). OperatorError when the master refuses
+        it; TimeoutError when no answer came (then the call may still take effect)."""
+        if not isinstance(message, OPERATOR_CALLS):
+            raise TypeError(f"{type(message).__name__} is not an operator call")
+        return await self._exchange(message, OperatorDone, timeout)
 
     async def kill(
         self,
@@ -60,11 +86,52 @@ class OperatorClient:
         as usual); raises OperatorError when the master refuses it (e.g. UNKNOWN_TASK).
         """
         fid = FrameworkID(framework_id) if framework_id is not None else None
-        # The master answers OPERATOR_KILL only when it refuses; the GET_STATE behind it on the
-        # same connection is answered after it, so its reply proves the kill was taken.
-        await self._exchange(
-            (OperatorKill(task_id=TaskID(task_id), framework_id=fid), GetState()), timeout
-        )
+        await self.call(OperatorKill(task_id=TaskID(task_id), framework_id=fid), timeout)
+
+    async def update_weights(
+        self, weights: Mapping[str, float], timeout: float = DEFAULT_TIMEOUT
+    ) -> OperatorDone:
+        """Set the DRF weight of each role named (> 0; the others keep theirs)."""
+        pairs = tuple(RoleWeight(role=r, weight=w) for r, w in sorted(weights.items()))
+        return await self.call(UpdateWeights(weights=pairs), timeout)
+
+    async def update_quota(
+        self,
+        role: str,
+        guarantee: Resources | str,
+        limit: Resources | str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> OperatorDone:
+        """Set ``role``'s quota: a scalar guarantee (``"cpus:4;mem:8192"``) and maybe a limit."""
+        g = Resources.parse(guarantee) if isinstance(guarantee, str) else guarantee
+        lim = Resources.parse(limit) if isinstance(limit, str) else limit
+        return await self.call(UpdateQuota(role=role, guarantee=g, limit=lim), timeout)
+
+    async def remove_quota(self, role: str, timeout: float = DEFAULT_TIMEOUT) -> OperatorDone:
+        return await self.call(UpdateQuota(role=role), timeout)
+
+    async def drain_agent(
+        self, agent_id: AgentID | str, timeout: float = DEFAULT_TIMEOUT
+    ) -> OperatorDone:
+        """No new offers on the agent; what runs there runs on."""
+        return await self.call(DrainAgent(agent_id=AgentID(agent_id)), timeout)
+
+    async def reactivate_agent(
+        self, agent_id: AgentID | str, timeout: float = DEFAULT_TIMEOUT
+    ) -> OperatorDone:
+        return await self.call(ReactivateAgent(agent_id=AgentID(agent_id)), timeout)
+
+    async def mark_agent_gone(
+        self, agent_id: AgentID | str, timeout: float = DEFAULT_TIMEOUT
+    ) -> OperatorDone:
+        """The agent is gone for good: its tasks end GONE_BY_OPERATOR; it may not come back."""
+        return await self.call(MarkAgentGone(agent_id=AgentID(agent_id)), timeout)
+
+    async def teardown_framework(
+        self, framework_id: FrameworkID | str, timeout: float = DEFAULT_TIMEOUT
+    ) -> OperatorDone:
+        """Remove the framework: its offers are rescinded and its tasks killed."""
+        return await self.call(TeardownFramework(framework_id=FrameworkID(framework_id)), timeout)
 
     def get_state_sync(self, timeout: float = DEFAULT_TIMEOUT) -> StateReply:
         _no_running_loop("get_state_sync")
@@ -79,8 +146,8 @@ class OperatorClient:
         _no_running_loop("kill_sync")
         asyncio.run(self.kill(task_id, framework_id, timeout))
 
-    async def _exchange(self, messages: tuple[Message, ...], timeout: float) -> StateReply:
-        """Send ``messages``; the first ERROR raises, else the first STATE is the answer."""
+    async def _exchange(self, message: Message, answer: type[_Answer], timeout: float) -> _Answer:
+        """Send ``message``; an ERROR raises, else the first ``answer`` is the answer."""
         client = MasterLink.connect(parse_masters(self.master), curve=self._curve)
         deadline = time.monotonic() + timeout
         try:
@@ -92,8 +159,7 @@ class OperatorClient:
                 raise TimeoutError(
                     f"no answer from the master at {self.master} in {timeout}s{detail}"
                 ) from None
-            for message in messages:
-                await client.send(message)
+            await client.send(message)
             while True:
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -110,7 +176,7 @@ class OperatorClient:
                 reply = received.message
                 if isinstance(reply, Error):
                     raise OperatorError(reply.message, reply.code)
-                if isinstance(reply, StateReply):
+                if isinstance(reply, answer):
                     return reply
                 # anything else (a master HEARTBEAT, say) is not an answer: keep waiting
         finally:

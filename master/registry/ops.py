@@ -11,7 +11,7 @@ from typing import Annotated, ClassVar, TypeAlias
 
 from agora.sdk.codec import pack_record, unpack_record
 from agora.sdk.ids import AgentID, FrameworkID
-from agora.sdk.messages import MaxItems, Range, Record
+from agora.sdk.messages import MaxItems, Record, RoleWeight
 from agora.sdk.messages._record import Seconds, ShortStr, Timestamp
 from agora.sdk.resources import Resources
 
@@ -30,13 +30,11 @@ __all__ = [
     "RemoveFramework",
     "SetMaintenance",
     "SetQuota",
-    "SetWeight",
+    "SetWeights",
     "UpsertFramework",
     "decode_operation",
     "encode_operation",
 ]
-
-_Weight = Annotated[float, Range(0.0001, 1_000_000.0)]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -123,10 +121,11 @@ class RemoveFramework(Record):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class SetWeight(Record):
-    TYPE: ClassVar[str] = "SET_WEIGHT"
-    role: ShortStr
-    weight: _Weight
+class SetWeights(Record):
+    """Set the DRF weight of each role named (one operator call, one entry)."""
+
+    TYPE: ClassVar[str] = "SET_WEIGHTS"
+    weights: Annotated[tuple[RoleWeight, ...], MaxItems(1024)]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -155,7 +154,7 @@ Operation: TypeAlias = (
     | DrainAgent
     | UpsertFramework
     | RemoveFramework
-    | SetWeight
+    | SetWeights
     | SetQuota
     | SetMaintenance
 )

@@ -27,26 +27,19 @@ from agora.master.registry.ops import (
     RemoveFramework,
     SetMaintenance,
     SetQuota,
-    SetWeight,
+    SetWeights,
     UpsertFramework,
 )
 from agora.sdk.codec import pack_record, unpack_record
 from agora.sdk.ids import AgentID, FrameworkID
-from agora.sdk.messages import MaxItems, Record
-from agora.sdk.messages._record import ShortStr
+from agora.sdk.messages import MaxItems, Record, RoleWeight
 
-__all__ = ["MAX_REMOVED", "Registry", "RoleWeight"]
+__all__ = ["MAX_REMOVED", "Registry"]
 
 #: Ids of removed agents and frameworks remembered (oldest forgotten first), so that one that
 #: comes back is refused; bounded so the registry stays small (Mesos bounds its gone list too).
 MAX_REMOVED: Final = 100_000
 _MANY: Final = 1_000_000
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RoleWeight(Record):
-    role: ShortStr
-    weight: float
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -116,9 +109,10 @@ class Registry:
         if isinstance(op, RemoveFramework):
             self.frameworks.pop(op.framework_id, None)
             return _remember(self.removed_frameworks, op.framework_id)
-        if isinstance(op, SetWeight):
-            self.weights[op.role] = op.weight
-            return True
+        if isinstance(op, SetWeights):
+            before = dict(self.weights)
+            self.weights.update((w.role, w.weight) for w in op.weights)
+            return self.weights != before
         if isinstance(op, SetQuota):
             if op.quota is None:
                 return self.quotas.pop(op.role, None) is not None

@@ -15,16 +15,27 @@ from agora.sdk.resources import Resources
 
 __all__ = [
     "MESSAGES",
+    "OPERATOR_CALLS",
     "AgentSummary",
+    "DrainAgent",
     "FrameworkSummary",
     "GetState",
+    "MarkAgentGone",
     "MasterMember",
+    "OperatorDone",
     "OperatorKill",
+    "ReactivateAgent",
+    "RoleSummary",
+    "RoleWeight",
     "StateReply",
     "TaskSummary",
+    "TeardownFramework",
+    "UpdateQuota",
+    "UpdateWeights",
 ]
 
 _MANY = 1_000_000
+_Weight = Annotated[float, Range(0.0001, 1_000_000.0)]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -42,6 +53,8 @@ class AgentSummary(Record):
     #: What tasks, executors and outstanding offers hold of ``resources``.
     allocated: Resources = field(default_factory=Resources)
     attributes: Mapping[str, str] = field(default_factory=dict)
+    #: An operator drained it: no new offers; its tasks run on until they end.
+    draining: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,6 +67,23 @@ class FrameworkSummary(Record):
     connected: bool = True
     user: ShortStr = ""
     principal: ShortStr | None = None
+    #: Its dominant share (DRF, weighted by its role), None when inactive.
+    share: Annotated[float, Range(0)] | None = None
+    #: Offers sent to it and not yet answered.
+    offers: Annotated[int, Range(0, 1_000_000_000)] = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RoleSummary(Record):
+    """A role the master knows (configured, weighted, with quota, or used by a framework)."""
+
+    name: ShortStr
+    weight: _Weight = 1.0
+    #: Scalar quota guarantee and limit (None: no quota / no limit).
+    guarantee: Resources | None = None
+    limit: Resources | None = None
+    #: Its dominant share of the cluster (weighted).
+    share: Annotated[float, Range(0)] = 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,6 +130,11 @@ class StateReply(Message):
     tasks: Annotated[tuple[TaskSummary, ...], MaxItems(_MANY)] = ()
     #: The election group (empty from a master that runs without one).
     masters: Annotated[tuple[MasterMember, ...], MaxItems(16)] = ()
+    roles: Annotated[tuple[RoleSummary, ...], MaxItems(_MANY)] = ()
+    #: The cluster's name (the master's ``--cluster``).
+    cluster: ShortStr = ""
+    #: Wall-clock time this master became the leader.
+    leader_since: Timestamp = 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -111,4 +146,83 @@ class OperatorKill(Message):
     framework_id: FrameworkID | None = None
 
 
-MESSAGES: tuple[type[Message], ...] = (GetState, StateReply, OperatorKill)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RoleWeight(Record):
+    role: ShortStr
+    weight: _Weight
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpdateWeights(Message):
+    """Set the DRF weight of each role named (kept in the registry, so a new leader keeps it)."""
+
+    NAME: ClassVar[str] = "UPDATE_WEIGHTS"
+    weights: Annotated[tuple[RoleWeight, ...], MaxItems(1024)]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpdateQuota(Message):
+    """Set a role's quota: a scalar guarantee and an optional limit. An empty guarantee and no
+    limit remove it."""
+
+    NAME: ClassVar[str] = "UPDATE_QUOTA"
+    role: ShortStr
+    guarantee: Resources = field(default_factory=Resources)
+    limit: Resources | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DrainAgent(Message):
+    """No new offers on the agent; its tasks run on until they end (Mesos: DRAIN_AGENT)."""
+
+    NAME: ClassVar[str] = "DRAIN_AGENT"
+    agent_id: AgentID
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReactivateAgent(Message):
+    """A drained agent gets offers again."""
+
+    NAME: ClassVar[str] = "REACTIVATE_AGENT"
+    agent_id: AgentID
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MarkAgentGone(Message):
+    """The agent is gone for good: its tasks are GONE_BY_OPERATOR (or LOST) and it may never
+    come back under its id."""
+
+    NAME: ClassVar[str] = "MARK_AGENT_GONE"
+    agent_id: AgentID
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TeardownFramework(Message):
+    """Remove a framework on an operator's word: its offers go, its tasks are killed."""
+
+    NAME: ClassVar[str] = "TEARDOWN_FRAMEWORK"
+    framework_id: FrameworkID
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OperatorDone(Message):
+    """The master's answer to an operator call that took effect (a refusal is an ERROR)."""
+
+    NAME: ClassVar[str] = "OPERATOR_DONE"
+    #: The NAME of the call answered.
+    call: ShortStr
+    message: str = ""
+
+
+#: Calls only an operator may make (the ACL's ``operators``).
+OPERATOR_CALLS: tuple[type[Message], ...] = (
+    OperatorKill,
+    UpdateWeights,
+    UpdateQuota,
+    DrainAgent,
+    ReactivateAgent,
+    MarkAgentGone,
+    TeardownFramework,
+)
+
+MESSAGES: tuple[type[Message], ...] = (GetState, StateReply, OperatorDone, *OPERATOR_CALLS)

@@ -106,8 +106,24 @@ SPEC_FIELDS: dict[str, tuple[str, ...]] = {
     "LAUNCH_TASK": ("framework_id", "task"),
     "LAUNCH_GROUP": ("framework_id", "executor", "task_group"),
     "GET_STATE": (),
-    "STATE": ("master_info", "agents", "frameworks", "tasks", "masters"),
+    "STATE": (
+        "master_info",
+        "agents",
+        "frameworks",
+        "tasks",
+        "masters",
+        "roles",
+        "cluster",
+        "leader_since",
+    ),
     "OPERATOR_KILL": ("task_id", "framework_id"),
+    "UPDATE_WEIGHTS": ("weights",),
+    "UPDATE_QUOTA": ("role", "guarantee", "limit"),
+    "DRAIN_AGENT": ("agent_id",),
+    "REACTIVATE_AGENT": ("agent_id",),
+    "MARK_AGENT_GONE": ("agent_id",),
+    "TEARDOWN_FRAMEWORK": ("framework_id",),
+    "OPERATOR_DONE": ("call", "message"),
     "RAFT_VOTE": ("sender", "term", "last_log_index", "last_log_term", "pre_vote"),
     "RAFT_VOTE_REPLY": ("sender", "term", "granted", "pre_vote"),
     "RAFT_APPEND": (
@@ -118,6 +134,7 @@ SPEC_FIELDS: dict[str, tuple[str, ...]] = {
         "entries",
         "leader_commit",
         "seq",
+        "leader_http",
     ),
     "RAFT_APPEND_REPLY": ("sender", "term", "success", "match_index", "seq"),
     "RAFT_SNAPSHOT": ("sender", "term", "last_index", "last_term", "data", "seq"),
@@ -249,7 +266,7 @@ def test_enum_members_match_the_contract() -> None:
         "UNKNOWN",
     ]
     assert [s.name for s in StatusSource] == ["MASTER", "AGENT", "EXECUTOR"]
-    assert len(Reason) == 28
+    assert len(Reason) == 29
     assert {"GANG_INCOMPLETE", "TIMEOUT", "RECONCILIATION"} <= Reason.__members__.keys()
     assert [c.name for c in FrameworkCapability] == [
         "PARTITION_AWARE",

@@ -18,13 +18,14 @@ from agora.master.registry import (
     RemoveFramework,
     SetMaintenance,
     SetQuota,
-    SetWeight,
+    SetWeights,
     UpsertFramework,
     decode_operation,
     encode_operation,
 )
 from agora.sdk.errors import ProtocolError
 from agora.sdk.ids import AgentID, FrameworkID
+from agora.sdk.messages import RoleWeight
 from agora.sdk.resources import Resources
 
 A1 = AgentID("e1-A1")
@@ -84,7 +85,7 @@ def test_frameworks_keep_their_failover_timeout_and_removal_is_final() -> None:
 def test_weights_quota_drain_and_maintenance() -> None:
     reg = Registry()
     reg.apply(_admit())
-    reg.apply(SetWeight(role="batch", weight=3.0))
+    reg.apply(SetWeights(weights=(RoleWeight(role="batch", weight=3.0),)))
     quota = QuotaEntry(role="x", guarantee=Resources.parse("cpus:4"))
     reg.apply(SetQuota(role="batch", quota=quota))
     reg.apply(DrainAgent(agent_id=A1))
@@ -108,7 +109,7 @@ def test_snapshot_round_trip_restores_everything_in_place() -> None:
     reg.apply(RemoveAgent(agent_id=AgentID("e1-A3")))
     reg.apply(UpsertFramework(framework=FrameworkEntry(framework_id=F1, failover_timeout=5.0)))
     reg.apply(RemoveFramework(framework_id=FrameworkID("e1-F2")))
-    reg.apply(SetWeight(role="r", weight=2.0))
+    reg.apply(SetWeights(weights=(RoleWeight(role="r", weight=2.0),)))
     other = Registry()
     held = other
     other.restore(reg.snapshot())
@@ -124,7 +125,7 @@ def test_replicas_applying_the_same_log_agree() -> None:
         UpsertFramework(framework=FrameworkEntry(framework_id=F1)),
         MarkUnreachable(agent_id=A1, time=3.0),
         ReadmitAgent(agent_id=A1),
-        SetWeight(role="a", weight=1.5),
+        SetWeights(weights=(RoleWeight(role="a", weight=1.5),)),
         RemoveAgent(agent_id=A1),
     ]
     a, b = Registry(), Registry()
