@@ -110,7 +110,11 @@ def _admit(
     agent.missed_pings = 0
     st.agents_by_peer[peer] = agent_id
     st.allocator.add_agent(agent_id, info.resources, now, used=used)
-    st.dirty_agents.add(agent_id)
+    entry = st.registry.agents.get(agent_id)
+    if entry is not None and entry.draining:
+        st.allocator.set_agent_active(agent_id, False)  # drained by an operator: no offers
+    else:
+        st.dirty_agents.add(agent_id)
     return agent
 
 
@@ -388,16 +392,25 @@ def on_unregister(st: MasterState, agent: Agent, now: float) -> None:
     )
 
 
-def _remove(st: MasterState, agent: Agent, now: float) -> None:
+def remove_by_operator(st: MasterState, agent: Agent, now: float) -> None:
+    """An operator marked the agent gone (committed): as an unregistration, but its tasks are
+    GONE_BY_OPERATOR, and a connected agent is told to shut down."""
+    if agent.status is AgentStatus.ACTIVE:
+        st.send(agent.peer, ShutdownAgent(message=f"agent {agent.agent_id} was marked gone"))
+    _remove(st, agent, now, by_operator=True)
+
+
+def _remove(st: MasterState, agent: Agent, now: float, *, by_operator: bool = False) -> None:
     _take_offline(st, agent, now)
+    gone, reason = TaskState.GONE, Reason.AGENT_REMOVED
+    if by_operator:
+        gone, reason = TaskState.GONE_BY_OPERATOR, Reason.AGENT_REMOVED_BY_OPERATOR
     for key in sorted(agent.tasks):
         task = st.tasks[key]
         if not is_final(task.state):
             fw = st.frameworks.get(task.framework_id)
-            state = TaskState.GONE if fw is not None and fw.partition_aware else TaskState.LOST
-            status = st.master_status(
-                key[1], state, Reason.AGENT_REMOVED, now, agent_id=agent.agent_id
-            )
+            state = gone if fw is not None and fw.partition_aware else TaskState.LOST
+            status = st.master_status(key[1], state, reason, now, agent_id=agent.agent_id)
             st.send_framework(task.framework_id, Update(status=status))
         st.forget_task(key)
     del st.agents[agent.agent_id]

@@ -13,6 +13,8 @@ __all__ = ["MasterConfig"]
 @dataclass(frozen=True, slots=True)
 class MasterConfig:
     master_id: str = "master"
+    #: The cluster's name, shown to operators (``agora top``, ``/state``).
+    cluster: str = "agora"
     address: str = ""
     #: Election term of this master; stamped on every message it sends and embedded in the
     #: ids it mints. Fixed for the life of a core (a new term means a new core).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import replace
 
 from agora.master.allocator import AllocatorError
@@ -246,12 +247,20 @@ def expire_failovers(st: MasterState, now: float) -> None:
             remove_framework(st, fw, now)
     for framework_id, deadline in list(st.absent_frameworks.items()):
         if now >= deadline:
-            _remove_absent(st, framework_id, now)
+            remove_absent(st, framework_id, now)
 
 
-def _remove_absent(st: MasterState, framework_id: FrameworkID, now: float) -> None:
-    """A registry framework that did not come back after a failover within its failover
-    timeout: retire its id and kill what the re-registered agents still run for it."""
+def remove_absent(
+    st: MasterState,
+    framework_id: FrameworkID,
+    now: float,
+    *,
+    done: Callable[[], object] | None = None,
+    abandon: Callable[[], object] | None = None,
+) -> None:
+    """A registry framework that did not come back after a failover (within its failover
+    timeout, or before an operator tore it down): retire its id and kill what the re-registered
+    agents still run for it. ``done`` runs once that is committed, ``abandon`` if it cannot be."""
     if framework_id in st.busy_frameworks:
         return
     st.busy_frameworks.add(framework_id)
@@ -259,6 +268,8 @@ def _remove_absent(st: MasterState, framework_id: FrameworkID, now: float) -> No
     def removed(now: float) -> None:
         st.busy_frameworks.discard(framework_id)
         st.absent_frameworks.pop(framework_id, None)
+        if done is not None:
+            done()
         if framework_id in st.frameworks:
             return  # it came back meanwhile (only possible while this was committing)
         agents_with_tasks: set[AgentID] = set()
@@ -279,17 +290,25 @@ def _remove_absent(st: MasterState, framework_id: FrameworkID, now: float) -> No
             st.dirty_agents.add(agent_id)
         st.removed_frameworks.add(framework_id)
 
-    st.propose(
-        RemoveFramework(framework_id=framework_id),
-        removed,
-        lambda: st.busy_frameworks.discard(framework_id),
-        now=now,
-    )
+    def given_up() -> None:
+        st.busy_frameworks.discard(framework_id)
+        if abandon is not None:
+            abandon()
+
+    st.propose(RemoveFramework(framework_id=framework_id), removed, given_up, now=now)
 
 
-def remove_framework(st: MasterState, fw: Framework, now: float) -> None:
+def remove_framework(
+    st: MasterState,
+    fw: Framework,
+    now: float,
+    *,
+    done: Callable[[], object] | None = None,
+    abandon: Callable[[], object] | None = None,
+) -> None:
     """Tear a framework down once the registry has retired its id: its offers go, its tasks are
-    killed. Until that commits the framework stays as it is (deactivated if disconnected)."""
+    killed. Until that commits the framework stays as it is (deactivated if disconnected).
+    ``done`` runs once it is removed, ``abandon`` if the removal cannot commit."""
     framework_id = fw.framework_id
     if framework_id in st.busy_frameworks:
         return
@@ -305,8 +324,15 @@ def remove_framework(st: MasterState, fw: Framework, now: float) -> None:
         current = st.frameworks.get(framework_id)
         if current is not None:
             _remove_now(st, current, now)
+        if done is not None:
+            done()
 
-    st.propose(RemoveFramework(framework_id=framework_id), removed, settled, now=now)
+    def given_up() -> None:
+        settled()
+        if abandon is not None:
+            abandon()
+
+    st.propose(RemoveFramework(framework_id=framework_id), removed, given_up, now=now)
 
 
 def _remove_now(st: MasterState, fw: Framework, now: float) -> None:

@@ -13,12 +13,22 @@ from collections.abc import Callable
 from typing import Any
 
 from agora.master.allocator import Allocator
-from agora.master.core import agents, frameworks, launch, offers, operator, recovery, tasks
+from agora.master.core import (
+    agents,
+    frameworks,
+    launch,
+    offers,
+    operator,
+    operator_calls,
+    recovery,
+    tasks,
+)
 from agora.master.core.actions import Action, Peer
 from agora.master.core.config import MasterConfig
 from agora.master.core.state import Agent, AgentStatus, Framework, MasterState
 from agora.master.registry import Registry
 from agora.sdk.messages import (
+    OPERATOR_CALLS,
     Accept,
     Acknowledge,
     Decline,
@@ -30,7 +40,6 @@ from agora.sdk.messages import (
     Heartbeat,
     Kill,
     Message,
-    OperatorKill,
     Pong,
     Reconcile,
     RegisterAgent,
@@ -97,6 +106,7 @@ class Master:
         for role, (guarantee, limit) in cfg.quotas.items():
             alloc.set_quota(role, guarantee, limit)
         self._st = MasterState(config=cfg, allocator=alloc, registry=registry or Registry())
+        self._st.leader_since = now
         recovery.activate(self._st, now)
 
     @property
@@ -127,9 +137,9 @@ class Master:
             agents.on_reregister(st, sender, message, now)
         elif isinstance(message, GetState):
             operator.on_get_state(st, sender)
-        elif isinstance(message, OperatorKill):
+        elif isinstance(message, OPERATOR_CALLS):
             # Who may do this is the daemon's decision (its ACL); the core only carries it out.
-            operator.on_operator_kill(st, sender, message, now)
+            operator_calls.on_operator_call(st, sender, message, now)
         elif type(message) in _FRAMEWORK_CALLS:
             fw = frameworks.authorized(st, sender, message.framework_id)  # type: ignore[attr-defined]
             if fw is not None:

@@ -1,25 +1,23 @@
-"""Operator calls: a snapshot of the master's state, and killing a task on an operator's word."""
+"""The operator's view of the master: a snapshot of agents, frameworks, tasks and roles.
+
+Operator calls that change things are in :mod:`operator_calls`.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
-from agora.master.core import tasks
+from agora.master.allocator import AllocatorError
 from agora.master.core.actions import Peer
 from agora.master.core.state import Agent, Framework, MasterState, Task
 from agora.sdk.messages import (
     AgentSummary,
-    Error,
-    ErrorCode,
     FrameworkSummary,
-    Kill,
-    OperatorKill,
+    RoleSummary,
     StateReply,
     TaskSummary,
 )
 from agora.sdk.resources import Resources
 
-__all__ = ["on_get_state", "on_operator_kill", "snapshot"]
+__all__ = ["effective_quotas", "effective_weights", "on_get_state", "snapshot"]
 
 
 def on_get_state(st: MasterState, peer: Peer) -> None:
@@ -27,7 +25,8 @@ def on_get_state(st: MasterState, peer: Peer) -> None:
 
 
 def snapshot(st: MasterState) -> StateReply:
-    """Agents, live and completed frameworks, and live then completed tasks, in a stable order."""
+    """Agents, live and completed frameworks, live then completed tasks, and roles, in a stable
+    order."""
     live = [st.frameworks[fid] for fid in sorted(st.frameworks)]
     gone = list(st.completed_frameworks)
     task_rows = [_task(st.tasks[key]) for key in sorted(st.tasks)]
@@ -37,29 +36,48 @@ def snapshot(st: MasterState) -> StateReply:
         master_info=st.master_info,
         agents=tuple(_agent(st, st.agents[aid]) for aid in sorted(st.agents)),
         frameworks=(
-            *(_framework(fw, active=True) for fw in live),
-            *(_framework(fw, active=False) for fw in gone),
+            *(_framework(st, fw, active=True) for fw in live),
+            *(_framework(st, fw, active=False) for fw in gone),
         ),
         tasks=tuple(task_rows),
+        roles=_roles(st),
+        cluster=st.config.cluster,
+        leader_since=st.leader_since,
     )
 
 
-def on_operator_kill(st: MasterState, peer: Peer, msg: OperatorKill, now: float) -> None:
-    matches = [fw for fw in _frameworks(st, msg) if (fw.framework_id, msg.task_id) in st.tasks]
-    if len(matches) != 1:
-        problem = "no live task" if not matches else "several frameworks have a task"
-        code = ErrorCode.UNKNOWN_TASK if not matches else ErrorCode.BAD_REQUEST
-        st.send(peer, Error(message=f"{problem} with id {msg.task_id}", code=code))
-        return
-    fw = matches[0]
-    tasks.on_kill(st, fw, Kill(framework_id=fw.framework_id, task_id=msg.task_id), now)
+def effective_weights(st: MasterState) -> dict[str, float]:
+    """Role weights in force: the master's config, overridden by operator calls (registry)."""
+    return {**st.config.weights, **st.registry.weights}
 
 
-def _frameworks(st: MasterState, msg: OperatorKill) -> Iterable[Framework]:
-    if msg.framework_id is None:
-        return st.frameworks.values()
-    fw = st.frameworks.get(msg.framework_id)
-    return () if fw is None else (fw,)
+def effective_quotas(st: MasterState) -> dict[str, tuple[Resources, Resources | None]]:
+    """Role quotas in force: the config's, overridden by operator calls (a removal is an empty
+    quota in the registry)."""
+    quotas = dict(st.config.quotas)
+    quotas.update((role, (q.guarantee, q.limit)) for role, q in st.registry.quotas.items())
+    return {role: q for role, q in quotas.items() if q[1] is not None or not q[0].is_empty()}
+
+
+def _roles(st: MasterState) -> tuple[RoleSummary, ...]:
+    weights = effective_weights(st)
+    quotas = effective_quotas(st)
+    names = set(st.config.roles) | weights.keys() | quotas.keys()
+    for fw in st.frameworks.values():
+        names.update(fw.info.roles)
+    rows = []
+    for role in sorted(names):
+        guarantee, limit = quotas.get(role, (None, None))
+        rows.append(
+            RoleSummary(
+                name=role,
+                weight=weights.get(role, 1.0),
+                guarantee=guarantee,
+                limit=limit,
+                share=st.allocator.role_share(role),
+            )
+        )
+    return tuple(rows)
 
 
 def _agent(st: MasterState, agent: Agent) -> AgentSummary:
@@ -67,6 +85,7 @@ def _agent(st: MasterState, agent: Agent) -> AgentSummary:
     allocated = Resources()
     if st.allocator.has_agent(agent.agent_id):
         allocated = st.allocator.total(agent.agent_id) - st.allocator.available(agent.agent_id)
+    entry = st.registry.agents.get(agent.agent_id)
     return AgentSummary(
         agent_id=agent.agent_id,
         hostname=agent.info.hostname,
@@ -77,11 +96,18 @@ def _agent(st: MasterState, agent: Agent) -> AgentSummary:
         resources=total,
         allocated=allocated,
         attributes=agent.info.attributes,
+        draining=entry is not None and entry.draining,
     )
 
 
-def _framework(fw: Framework, *, active: bool) -> FrameworkSummary:
+def _framework(st: MasterState, fw: Framework, *, active: bool) -> FrameworkSummary:
     info = fw.info
+    share: float | None = None
+    if active:
+        try:
+            share = st.allocator.share(fw.framework_id)
+        except AllocatorError:
+            share = None
     return FrameworkSummary(
         framework_id=fw.framework_id,
         name=info.name,
@@ -90,6 +116,8 @@ def _framework(fw: Framework, *, active: bool) -> FrameworkSummary:
         connected=active and fw.connected,
         user=info.user,
         principal=info.principal,
+        share=share,
+        offers=len(fw.offers) if active else 0,
     )
 
 

@@ -176,6 +176,8 @@ class MasterState:
     allocation_held_until: float | None = None
     #: Registry frameworks not re-subscribed yet -> when their failover timeout ends.
     absent_frameworks: dict[FrameworkID, float] = field(default_factory=dict)
+    #: When this core became the leader's (its activation).
+    leader_since: float = 0.0
     _serial: int = 0
     _proposals: int = 0
 

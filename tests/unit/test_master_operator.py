@@ -8,6 +8,7 @@ from agora.sdk.messages import (
     ErrorCode,
     GetState,
     KillTask,
+    OperatorDone,
     OperatorKill,
     Reason,
     RunTask,
@@ -80,7 +81,8 @@ def test_operator_kill_reaches_the_agent() -> None:
     out = h.handle("ops", OperatorKill(task_id=TaskID("t1")))
     kill = only(of_type(sent_to(out, "a1"), KillTask))
     assert (kill.framework_id, kill.task_id) == (fw, TaskID("t1"))
-    assert not sent_to(out, "ops")
+    done = only(of_type(sent_to(out, "ops"), OperatorDone))
+    assert done.call == "OPERATOR_KILL"
 
 
 def test_operator_kill_of_unknown_task_is_an_error_and_changes_nothing() -> None:
