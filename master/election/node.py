@@ -19,7 +19,7 @@ import contextlib
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Final
 
 import structlog
@@ -148,6 +148,10 @@ class ElectionNode:
         self._dropped = 0
         #: Why the node halted (a disk or state-machine failure), None while it runs.
         self.error: BaseException | None = None
+        #: This master's operator HTTP API, sent to followers with every append ("": none).
+        self.http_url = ""
+        #: The newest leader heard from, and its HTTP API as it said.
+        self._leader_http: tuple[str, str] = ("", "")
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -269,6 +273,8 @@ class ElectionNode:
         if message.sender not in self._others:
             return
         self._heard[message.sender] = self._clock()
+        if isinstance(message, AppendEntries):
+            self._leader_http = (message.sender, message.leader_http)
         if len(self._inbox) >= MAX_INBOX:
             self._dropped += 1
             if self._dropped % 1000 == 1:
@@ -372,10 +378,22 @@ class ElectionNode:
             self._storage.persist(ready, sync=False)
         self._storage.sync()
 
+    def leader_http(self) -> str | None:
+        """The leader's operator HTTP API as it advertised it (None: not known, or none)."""
+        leader = self.leader_id
+        if leader is None:
+            return None
+        if leader == self.config.node_id:
+            return self.http_url or None
+        sender, url = self._leader_http
+        return (url or None) if sender == leader else None
+
     def _send(self, member: str, message: Message) -> None:
         peer = self._peers.get(member)
         if peer is None:
             return
+        if self.http_url and isinstance(message, AppendEntries):
+            message = replace(message, leader_http=self.http_url)
         try:
             if not peer.try_send(message, epoch=self.term):
                 log.debug("election_message_dropped", peer=member, message=message.NAME)

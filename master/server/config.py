@@ -204,6 +204,13 @@ def parse_quotas(text: str) -> dict[str, Resources]:
     return out
 
 
+def _cluster_name(text: str) -> str:
+    name = text.strip()
+    if not name or len(name) > 64 or not name.isprintable():
+        raise ValueError("a cluster name is 1 to 64 printable characters")
+    return name
+
+
 OPTIONS: tuple[Option, ...] = (
     Option(
         "bind", parse_endpoint, "tcp://127.0.0.1:5050", "endpoint to bind (port 0 or * = ephemeral)"
@@ -223,6 +230,14 @@ OPTIONS: tuple[Option, ...] = (
         "default: off); with --endpoint-file, its URL goes to <endpoint-file>.http",
     ),
     Option("http_bind", _host, "127.0.0.1", "host/address the operator HTTP API listens on"),
+    Option(
+        "http_credentials",
+        _optional_path,
+        None,
+        'TOML file of principal = "token" (16+ characters): operator calls over HTTP then '
+        "need 'Authorization: Bearer TOKEN' and are made as that principal (the ACL applies)",
+    ),
+    Option("cluster", _cluster_name, "agora", "the cluster's name, shown to operators"),
     Option(
         "masters",
         _masters,
@@ -343,6 +358,7 @@ class DaemonSettings:
     #: The operator HTTP API's port (0: ephemeral), or None for none.
     http_port: int | None = None
     http_bind: str = "127.0.0.1"
+    http_credentials: Path | None = None
     #: The election group (empty: this master alone) and this master's name in it.
     masters: tuple[str, ...] = ()
     advertise: str | None = None
@@ -370,6 +386,7 @@ def settings_from(values: Mapping[str, Any]) -> DaemonSettings:
     }
     master = replace(
         MasterConfig(),
+        cluster=values["cluster"],
         allocation_interval=values["allocation_interval"],
         offer_timeout=values["offer_timeout"],
         heartbeat_interval=values["heartbeat_interval"],
@@ -404,6 +421,7 @@ def settings_from(values: Mapping[str, Any]) -> DaemonSettings:
         peer_timeout=values["peer_timeout"],
         http_port=values["http_port"],
         http_bind=values["http_bind"],
+        http_credentials=values["http_credentials"],
         log_format=values["log_format"],
         log_level=values["log_level"],
         curve_secret_key=secret,

@@ -41,6 +41,7 @@ from agora.sdk.messages import (
     Heartbeat,
     InstallSnapshot,
     LeaderInfo,
+    MasterMember,
     Message,
     Offers,
     RegisterAgent,
@@ -56,10 +57,10 @@ from agora.sdk.messages import (
     VoteReply,
     VoteRequest,
 )
-from agora.sdk.messages.operator import OperatorKill
+from agora.sdk.messages.operator import OPERATOR_CALLS, OperatorKill
 from agora.sdk.transport import Acl, Received, Server
 
-__all__ = ["MasterDaemon"]
+__all__ = ["LOCAL_PEER", "MasterDaemon", "NotActing"]
 
 log = structlog.get_logger(__name__)
 
@@ -76,6 +77,9 @@ MAX_BACKLOG: Final = 20_000
 #: Client messages held while a leader's lease lapses (beyond this, the oldest are dropped:
 #: clients retry what matters).
 MAX_HELD: Final = 100_000
+#: Peer names of calls made in-process (the operator HTTP API): answers to them are handed back,
+#: not sent. ZeroMQ peers are hex routing ids, so they never start with this.
+LOCAL_PEER: Final = "local:"
 _ELECTION: Final = (
     VoteRequest,
     VoteReply,
@@ -84,6 +88,10 @@ _ELECTION: Final = (
     InstallSnapshot,
     SnapshotReply,
 )
+
+
+class NotActing(RuntimeError):
+    """This master cannot act on a call now: it stands by, or its leader lease lapsed."""
 
 
 class MasterDaemon:
@@ -128,10 +136,14 @@ class MasterDaemon:
         self._debug = debug
         #: Plain counters for the operator API's metrics, read at scrape time.
         self.stats = stats if stats is not None else DaemonStats()
+        self.stats.queue_size = lambda: len(self._backlog) + len(self._held)
         self._lock = asyncio.Lock()
         self._stopped = asyncio.Event()
         #: peer -> monotonic time of its last frame; insertion order = least recently heard first.
         self._last_seen: dict[str, float] = {}
+        #: In-process callers (LOCAL_PEER + n) waiting for the core's answer to their call.
+        self._local: dict[str, asyncio.Future[Message]] = {}
+        self._local_calls = 0
 
     def attach(self, leadership: Leadership) -> None:
         """Follow ``leadership``: the core becomes the one of the term this master leads."""
@@ -143,7 +155,34 @@ class MasterDaemon:
         if self._leadership is None:
             return {}
         info = self._leadership.leader_info()
-        return {"leader": info.leader, "epoch": info.epoch, "masters": list(info.masters)}
+        return {
+            "leader": info.leader,
+            "leader_http": self._leadership.node.leader_http(),
+            "epoch": info.epoch,
+            "masters": list(info.masters),
+        }
+
+    def members(self) -> tuple[MasterMember, ...]:
+        """The election group as this master sees it (empty without one)."""
+        return () if self._leadership is None else self._leadership.members()
+
+    async def call(self, message: Message, principal: str | None, timeout: float) -> Message:
+        """Make a call in-process, as if ``principal`` had sent ``message`` over the socket: the
+        same ACL, the same core, in order with everything else. Returns the core's first answer
+        (OPERATOR_DONE, STATE or ERROR). NotActing when this master cannot act now; TimeoutError
+        when no answer came in ``timeout`` (a registry change may still take effect)."""
+        if self._acting_core() is None or self._held:
+            raise NotActing("this master is not acting as the leader now")
+        self._local_calls += 1
+        peer = f"{LOCAL_PEER}{self._local_calls}"
+        answer: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        self._local[peer] = answer
+        try:
+            async with asyncio.timeout(timeout):
+                await self._handle(Received(peer, message, 0, None, principal), message)
+                return await answer
+        finally:
+            del self._local[peer]
 
     @property
     def core(self) -> Master | None:
@@ -283,16 +322,21 @@ class MasterDaemon:
             return
         if self._core is None:
             if self._leadership is not None and self._leadership.about_to_lead():
-                self._held.append(received)  # served once active (a no-op commit away)
+                self._hold(received)  # served once active (a no-op commit away)
             else:
                 await self._answer_leader(peer)  # a standby serves no client call
             return
         if self._held or self._acting_core() is None:
             # The lease lapsed (act on it once renewed, or never), or older messages still wait
             # for that: they go first.
-            self._held.append(received)
+            self._hold(received)
             return
         await self._handle(received, message)
+
+    def _hold(self, received: Received) -> None:
+        if len(self._held) == self._held.maxlen:
+            self.stats.messages_dropped += 1  # the oldest goes
+        self._held.append(received)
 
     def _acting_core(self) -> Master | None:
         """The core, if this master may act now: it leads and (in a group) holds its lease."""
@@ -396,7 +440,7 @@ class MasterDaemon:
         elif isinstance(message, RegisterAgent | ReregisterAgent):
             if not acl.may_register_agent(principal):
                 return self._forbid(peer, principal, message, "may not register agents")
-        elif isinstance(message, OperatorKill) and not acl.may_operate(principal):
+        elif isinstance(message, OPERATOR_CALLS) and not acl.may_operate(principal):
             return self._forbid(peer, principal, message, "may not make operator calls")
         return message
 
@@ -476,11 +520,17 @@ class MasterDaemon:
     async def _perform(self, actions: Iterable[Action]) -> None:
         send = self._server.send
         history = self._history
+        local = self._local
         for action in actions:
             if isinstance(action, Propose):
                 self._spawn(self._propose(action), "master-propose")
                 continue
             message = action.message
+            if local and action.to in local:
+                answer = local[action.to]
+                if not answer.done():
+                    answer.set_result(message)
+                continue
             if history.enabled and isinstance(message, Offers | RunTask | RunTaskGroup):
                 history.record("acting", term=action.epoch, until=self._lease_until())
             if isinstance(message, StateReply) and self._leadership is not None:
@@ -491,9 +541,12 @@ class MasterDaemon:
                 delivered = await send(action.to, message, action.epoch)
             except (ProtocolError, zmq.ZMQError) as exc:
                 log.error("send_failed", peer=action.to, message=message.NAME, error=str(exc))
+                self.stats.messages_dropped += 1
                 continue
-            if not delivered and self._debug:
-                log.debug("undeliverable", peer=action.to, message=message.NAME)
+            if not delivered:
+                self.stats.messages_dropped += 1
+                if self._debug:
+                    log.debug("undeliverable", peer=action.to, message=message.NAME)
 
     async def _propose(self, action: Propose) -> None:
         """Replicate one registry change, then let the core that asked act on the outcome."""
@@ -551,7 +604,7 @@ _LOGGED_EVENTS: Final[dict[type[Message], str]] = {
 _LOGGED_CALLS: Final[dict[type[Message], str]] = {
     Teardown: "framework_teardown",
     UnregisterAgent: "agent_unregistering",
-    OperatorKill: "operator_kill",
+    **{call: "operator_call" for call in OPERATOR_CALLS},
 }
 
 
@@ -559,5 +612,11 @@ def _fields(message: Message) -> dict[str, object]:
     if isinstance(message, Teardown):
         return {"framework_id": message.framework_id}
     if isinstance(message, OperatorKill):
-        return {"task_id": message.task_id, "framework_id": message.framework_id}
+        return {
+            "call": message.NAME,
+            "task_id": message.task_id,
+            "framework_id": message.framework_id,
+        }
+    if isinstance(message, OPERATOR_CALLS):
+        return {"call": message.NAME, "args": repr(message)}
     return {}

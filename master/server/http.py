@@ -1,71 +1,94 @@
-"""The operator HTTP API: read-only JSON views of the master and Prometheus metrics.
+"""The operator HTTP API: JSON views of the master, Prometheus metrics, and operator calls.
 
 Served by aiohttp in the daemon's own event loop. Handlers read the core synchronously (no
 ``await`` while building a reply), so every reply is a consistent view between two core calls.
 
-- ``GET /health``: ``{"status": "ok"}``.
-- ``GET /state``: master info, agents, frameworks (with DRF share), tasks, offers, roles.
+- ``GET /health``: ``{"status": "ok", "leading": ...}`` and where the leader is.
+- ``GET /state``: the masters, agents, frameworks (DRF share, offers, tasks by state), tasks,
+  outstanding offers, roles (weight, quota, share).
 - ``GET /state/summary``: counts only.
 - ``GET /metrics``: Prometheus text format, from the daemon's own registry.
+- Operator calls (POST): see :mod:`http_calls`.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
-from agora.master.allocator import AllocatorError
 from agora.master.core import Master
 from agora.master.core.operator import snapshot
+from agora.master.server.http_calls import MAX_BODY, Operator, add_routes
 from agora.master.server.metrics import DaemonStats, count, make_registry
 from agora.sdk.httpd import json_errors
 from agora.sdk.httpd import start_http as listen
-from agora.sdk.messages import AgentSummary, ContainerUsage, FrameworkSummary, TaskSummary
+from agora.sdk.messages import (
+    AgentSummary,
+    ContainerUsage,
+    FrameworkSummary,
+    MasterMember,
+    RoleSummary,
+    TaskSummary,
+)
+from agora.sdk.resources import Resources
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-__all__ = ["make_app", "start_http", "state_json", "summary_json"]
+__all__ = ["Operator", "make_app", "start_http", "state_json", "summary_json"]
 
 
-def state_json(core: Master, stats: DaemonStats) -> dict[str, Any]:
-    """The full ``/state`` document, as plain JSON values."""
+def state_json(
+    core: Master, stats: DaemonStats, masters: tuple[MasterMember, ...] = ()
+) -> dict[str, Any]:
+    """The full ``/state`` document, as plain JSON values (``masters``: the election group)."""
     st = core.state
     snap = snapshot(st)
-    alloc = st.allocator
     info = snap.master_info
-    cfg = st.config
-    roles = set(cfg.roles) | cfg.weights.keys() | cfg.quotas.keys()
-    for fw in st.frameworks.values():
-        roles.update(fw.info.roles)
-    role_rows = []
-    for role in sorted(roles):
-        quota = cfg.quotas.get(role)
-        role_rows.append(
-            {
-                "name": role,
-                "weight": cfg.weights.get(role, 1.0),
-                "quota": None
-                if quota is None
-                else {
-                    "guarantee": quota[0].to_dict(),
-                    "limit": None if quota[1] is None else quota[1].to_dict(),
-                },
-                "share": alloc.role_share(role),
-            }
-        )
+    per_framework: dict[str, dict[str, int]] = {}
+    for task in st.tasks.values():
+        counts = per_framework.setdefault(task.framework_id, {})
+        counts[task.state.value] = counts.get(task.state.value, 0) + 1
     return {
+        "cluster": snap.cluster,
         "master": {
             "id": info.master_id,
             "epoch": info.epoch,
             "address": info.address,
             "uptime": stats.uptime(),
+            "leader_since": snap.leader_since,
             "elected": True,
         },
+        "masters": [
+            {
+                "address": m.address,
+                "role": m.role,
+                "reachable": m.reachable,
+                "last_contact": m.last_contact,
+            }
+            for m in masters
+        ],
         "agents": [_agent(a) for a in snap.agents],
-        "frameworks": [_framework(core, f) for f in snap.frameworks],
+        "frameworks": [
+            _framework(f, per_framework.get(f.framework_id, {})) for f in snap.frameworks
+        ],
         "tasks": [_task(t) for t in snap.tasks],
-        "offers": {"outstanding": len(st.offers)},
-        "roles": role_rows,
+        "offers": {
+            "outstanding": len(st.offers),
+            "list": [
+                {
+                    "id": o.offer_id,
+                    "framework_id": o.framework_id,
+                    "agent_id": o.agent_id,
+                    "role": o.role,
+                    "resources": o.resources.to_dict(),
+                    "age": max(0.0, time.time() - o.created_at),
+                    "gang_id": o.gang_id,
+                }
+                for o in st.offers.values()
+            ],
+        },
+        "roles": [_role(r) for r in snap.roles],
     }
 
 
@@ -82,6 +105,7 @@ def summary_json(core: Master) -> dict[str, Any]:
 
 
 def _agent(a: AgentSummary) -> dict[str, Any]:
+    reserved = a.resources - a.resources.unreserved()
     return {
         "id": a.agent_id,
         "hostname": a.hostname,
@@ -91,17 +115,13 @@ def _agent(a: AgentSummary) -> dict[str, Any]:
         "status": a.status,
         "resources": a.resources.to_dict(),
         "allocated": a.allocated.to_dict(),
+        "reserved": reserved.to_dict(),
+        "draining": a.draining,
         "attributes": dict(a.attributes),
     }
 
 
-def _framework(core: Master, f: FrameworkSummary) -> dict[str, Any]:
-    share: float | None = None
-    if f.active:
-        try:
-            share = core.state.allocator.share(f.framework_id)
-        except AllocatorError:
-            share = None
+def _framework(f: FrameworkSummary, tasks: dict[str, int]) -> dict[str, Any]:
     return {
         "id": f.framework_id,
         "name": f.name,
@@ -110,8 +130,20 @@ def _framework(core: Master, f: FrameworkSummary) -> dict[str, Any]:
         "connected": f.connected,
         "user": f.user,
         "principal": f.principal,
-        "share": share,
+        "share": f.share,
+        "offers": f.offers,
+        "tasks": tasks,
     }
+
+
+def _role(r: RoleSummary) -> dict[str, Any]:
+    quota = None
+    if r.guarantee is not None or r.limit is not None:
+        quota = {
+            "guarantee": (r.guarantee or Resources()).to_dict(),
+            "limit": None if r.limit is None else r.limit.to_dict(),
+        }
+    return {"name": r.name, "weight": r.weight, "quota": quota, "share": r.share}
 
 
 def _task(t: TaskSummary) -> dict[str, Any]:
@@ -144,14 +176,27 @@ def make_app(
     core: Callable[[], Master | None],
     stats: DaemonStats,
     leader: Callable[[], dict[str, Any]] | None = None,
+    *,
+    members: Callable[[], tuple[MasterMember, ...]] = tuple,
+    operator: Operator | None = None,
 ) -> web.Application:
-    """The operator app around the current core (None on a standby, which answers /state with
-    503 and ``leader()``: where the leader is); metrics go to a registry of this app's own."""
+    """The operator app around the current core (None on a standby). A standby redirects
+    ``/state``, ``/state/summary`` and operator calls to the leader's API (307, from
+    ``leader()["leader_http"]``), or answers 503 with where the leader is when that is not
+    known. ``operator``: make operator calls (POST routes); without it there are none. Metrics go
+    to a registry of this app's own."""
     registry = make_registry(core, stats)
 
-    def _standby() -> web.StreamResponse:
-        body = {"error": "this master is not the leader", **(leader() if leader else {})}
-        return web.json_response(body, status=503)
+    def standby(request: web.Request) -> web.StreamResponse | None:
+        if core() is not None:
+            return None
+        where = leader() if leader is not None else {}
+        url = where.get("leader_http")
+        body = {"error": "this master is not the leader", **where}
+        if url:
+            location = url.rstrip("/") + request.path_qs
+            return web.json_response(body, status=307, headers={"Location": location})
+        return web.json_response(body, status=503, headers={"Retry-After": "1"})
 
     async def health(_: web.Request) -> web.StreamResponse:
         body: dict[str, Any] = {"status": "ok", "leading": core() is not None}
@@ -159,24 +204,35 @@ def make_app(
             body.update(leader())
         return web.json_response(body)
 
-    async def state(_: web.Request) -> web.StreamResponse:
+    async def state(request: web.Request) -> web.StreamResponse:
         current = core()
-        return _standby() if current is None else web.json_response(state_json(current, stats))
+        if current is None:
+            return _redirected(standby(request))
+        return web.json_response(state_json(current, stats, members()))
 
-    async def summary(_: web.Request) -> web.StreamResponse:
+    async def summary(request: web.Request) -> web.StreamResponse:
         current = core()
-        return _standby() if current is None else web.json_response(summary_json(current))
+        if current is None:
+            return _redirected(standby(request))
+        return web.json_response(summary_json(current))
 
     async def metrics(_: web.Request) -> web.StreamResponse:
         body = generate_latest(registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
-    app = web.Application(middlewares=[json_errors])
+    app = web.Application(middlewares=[json_errors], client_max_size=MAX_BODY)
     app.router.add_get("/health", health)
     app.router.add_get("/state", state)
     app.router.add_get("/state/summary", summary)
     app.router.add_get("/metrics", metrics)
+    if operator is not None:
+        add_routes(app, operator, standby)
     return app
+
+
+def _redirected(answer: web.StreamResponse | None) -> web.StreamResponse:
+    # (A response is a mapping, so ``answer or ...`` would test its length, not None.)
+    return answer if answer is not None else web.json_response({"error": "no leader"}, status=503)
 
 
 async def start_http(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, str]:

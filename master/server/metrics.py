@@ -43,12 +43,18 @@ def count(core: Master) -> Counts:
     """Count the core's state, the same agents, frameworks and tasks a snapshot lists."""
     st = core.state
     alloc = st.allocator
-    agents = {"ACTIVE": 0, "UNREACHABLE": 0}
+    agents = {"ACTIVE": 0, "UNREACHABLE": 0, "DISCONNECTED": 0, "DRAINING": 0}
+    registry = st.registry.agents
     # Sums in thousandths, one pass over each agent's scalars (this runs on every scrape).
     total_milli = dict.fromkeys(SCALARS, 0)
     used_milli = dict.fromkeys(SCALARS, 0)
     for agent in st.agents.values():
         agents[agent.status.value] = agents.get(agent.status.value, 0) + 1
+        if agent.status.value == "ACTIVE" and agent.missed_pings > 1:
+            agents["DISCONNECTED"] += 1  # silent through a whole ping round
+        entry = registry.get(agent.agent_id)
+        if entry is not None and entry.draining:
+            agents["DRAINING"] += 1
         _add(total_milli, agent.info.resources.scalar_totals_milli(), 1)
         if alloc.has_agent(agent.agent_id):
             _add(used_milli, alloc.total(agent.agent_id).scalar_totals_milli(), 1)
@@ -105,6 +111,16 @@ class MasterCollector(Collector):
             "undecodable frames received",
             stats.bad_frames_received,
         )
+        yield CounterMetricFamily(
+            "agora_master_messages_dropped",
+            "messages not delivered (peer gone, send failed) or dropped unhandled",
+            stats.messages_dropped,
+        )
+        yield _gauge(
+            "agora_master_event_queue_size",
+            "messages received and not handled yet",
+            stats.queue_size(),
+        )
         if core is not None:  # a standby has no cluster state to count
             yield from self._leader_metrics(core, stats)
 
@@ -118,6 +134,16 @@ class MasterCollector(Collector):
             "agora_master_agents_unreachable",
             "agents marked unreachable",
             counts.agents["UNREACHABLE"],
+        )
+        yield _gauge(
+            "agora_master_agents_disconnected",
+            "active agents that missed the last health-check ping (not yet unreachable)",
+            counts.agents["DISCONNECTED"],
+        )
+        yield _gauge(
+            "agora_master_agents_draining",
+            "agents an operator drained (no new offers)",
+            counts.agents["DRAINING"],
         )
         fws = counts.frameworks
         yield _gauge("agora_master_frameworks_active", "subscribed frameworks", fws["active"])

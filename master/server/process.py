@@ -117,10 +117,25 @@ async def _serve_locked(settings: DaemonSettings) -> int:
             loop.add_signal_handler(sig, daemon.stop)
         if settings.http_port is not None:
             # Imported here: aiohttp and prometheus_client cost a master without HTTP ~150 ms.
-            from agora.master.server.http import make_app, start_http
+            from agora.master.server.http import Operator, make_app, start_http
+            from agora.master.server.http_calls import load_credentials
 
             try:
-                app = make_app(lambda: daemon.core, daemon.stats, daemon.leader_json)
+                tokens = {}
+                if settings.http_credentials is not None:
+                    tokens = load_credentials(settings.http_credentials)
+            except ValueError as exc:
+                log.error("http_credentials_unusable", error=str(exc))
+                return 1
+            operator = Operator(daemon.call, tokens, authenticated=curve is not None)
+            try:
+                app = make_app(
+                    lambda: daemon.core,
+                    daemon.stats,
+                    daemon.leader_json,
+                    members=daemon.members,
+                    operator=operator,
+                )
                 http, http_url = await start_http(app, settings.http_bind, settings.http_port)
             except OSError as exc:
                 log.error(
@@ -130,7 +145,8 @@ async def _serve_locked(settings: DaemonSettings) -> int:
                     error=str(exc),
                 )
                 return 1
-            log.info("http_listening", url=http_url)
+            log.info("http_listening", url=http_url, credentials=bool(tokens))
+            leadership.node.http_url = _advertised_http(http_url, me)
             if endpoint_file is not None:
                 # Before the endpoint file: whoever sees that one finds this one too.
                 _write_atomically(_http_file(endpoint_file), http_url + "\n")
@@ -210,3 +226,13 @@ def _write_atomically(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def _advertised_http(url: str, me: str) -> str:
+    """The HTTP URL other masters redirect operators to: a wildcard bind is replaced by the
+    host this master advertises on ZeroMQ."""
+    scheme, _, rest = url.partition("://")
+    host, _, port = rest.rpartition(":")
+    if host.strip("[]") in ("0.0.0.0", "::", ""):
+        return f"{scheme}://{_host_of(me)}:{port}"
+    return url

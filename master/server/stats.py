@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import bisect
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 __all__ = ["ALLOCATION_BUCKETS", "DaemonStats"]
@@ -22,6 +23,11 @@ class DaemonStats:
     started: float = field(default_factory=time.monotonic)
     messages_received: int = 0
     bad_frames_received: int = 0
+    #: Messages that could not be delivered (peer gone, send failed) or were dropped unhandled
+    #: (held past the bound while the lease lapsed).
+    messages_dropped: int = 0
+    #: Messages received and not handled yet (the daemon's backlog and what it holds).
+    queue_size: Callable[[], int] = lambda: 0
     #: Allocation (``Master.tick`` / ``allocate_freed``) run times: per-bucket counts (the last
     #: bucket is +Inf), their sum and how many.
     allocation_buckets: list[int] = field(

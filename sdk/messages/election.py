@@ -83,6 +83,8 @@ class AppendEntries(Message):
     entries: Annotated[tuple[LogEntry, ...], MaxItems(4096)] = ()
     leader_commit: _Index = 0
     seq: _Index = 0
+    #: The leader's operator HTTP API ("": none), so a standby can redirect operators there.
+    leader_http: ShortStr = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -124,3 +124,42 @@ def test_health_state_and_metrics_agree(tmp_path: Path) -> None:
         assert master.proc.wait(timeout=DEADLINE) == 0
         assert not master.endpoint_file.exists()
         assert not master.endpoint_file.with_name(master.endpoint_file.name + ".http").exists()
+
+
+def test_operator_calls_over_http_go_through_the_acl_and_the_core(tmp_path: Path) -> None:
+    credentials = tmp_path / "http.toml"
+    credentials.write_text('ops = "token-of-ops-0123456789"\nguest = "token-of-guest-0123456"\n')
+    acl = tmp_path / "acl.toml"
+    acl.write_text('agents = ["*"]\noperators = ["ops"]\n[roles]\n"*" = ["*"]\n')
+    args = ("--http-port", "0", "--http-credentials", str(credentials), "--acl", str(acl))
+    with master_process(tmp_path, *args) as master:
+        url = _http_url(master)
+
+        async def scenario() -> dict[str, Any]:
+            await _populate(master.endpoint)
+            timeout = aiohttp.ClientTimeout(total=DEADLINE)
+            async with aiohttp.ClientSession(url, timeout=timeout) as http:
+                async with http.get("/state") as resp:
+                    [agent] = (await resp.json())["agents"]
+                drain = f"/agents/{agent['id']}/drain"
+                async with http.post(drain) as resp:
+                    assert resp.status == 401
+                guest = {"Authorization": "Bearer token-of-guest-0123456"}
+                async with http.post(drain, headers=guest) as resp:
+                    assert resp.status == 403
+                    assert "may not make operator calls" in (await resp.json())["error"]
+                ops = {"Authorization": "Bearer token-of-ops-0123456789"}
+                async with http.post(drain, headers=ops) as resp:
+                    assert resp.status == 200, await resp.text()
+                    assert (await resp.json())["call"] == "DRAIN_AGENT"
+                async with http.post("/agents/no-such-agent/drain", headers=ops) as resp:
+                    assert resp.status == 404
+                body = {"weights": {"batch": 3}}
+                async with http.post("/weights", json=body, headers=ops) as resp:
+                    assert resp.status == 200, await resp.text()
+                async with http.get("/state") as resp:
+                    return dict(await resp.json())
+
+        state = asyncio.run(asyncio.wait_for(scenario(), 30))
+        assert [a["draining"] for a in state["agents"]] == [True]
+        assert {r["name"]: r["weight"] for r in state["roles"]}["batch"] == 3.0

@@ -12,7 +12,7 @@ from agora.master.core import MasterConfig
 from agora.master.server.config import load_settings
 from agora.master.server.http import make_app
 from agora.master.server.metrics import DaemonStats
-from agora.sdk.messages import TaskState, Teardown
+from agora.sdk.messages import DrainAgent, TaskState, Teardown
 from agora.sdk.resources import Resources
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
@@ -93,7 +93,14 @@ def test_state_lists_everything() -> None:
     assert tasks["t1"]["exit_code"] is None
     assert tasks["t2"]["state"] == "FINISHED"
     assert tasks["t2"]["framework_id"] == fws["s2"]["id"]
-    assert state["offers"]["outstanding"] == len(st.offers)
+    assert state["offers"]["outstanding"] == len(st.offers) == len(state["offers"]["list"])
+    for offer in state["offers"]["list"]:
+        assert offer["agent_id"] in {a["id"] for a in state["agents"]}
+        assert offer["framework_id"] in {f["id"] for f in state["frameworks"]}
+    assert sum(f["offers"] for f in state["frameworks"]) == len(st.offers)
+    assert fws["s1"]["tasks"] == {"RUNNING": 1}
+    assert not agents["a1"]["draining"] and agents["a1"]["reserved"] == {}
+    assert state["cluster"] == "agora" and state["masters"] == []
     roles = {r["name"]: r for r in state["roles"]}
     assert roles["batch"]["weight"] == 2.0
     assert roles["batch"]["quota"] == {"guarantee": {"cpus": 1}, "limit": None}
@@ -107,7 +114,7 @@ def test_summary_counts_match_state() -> None:
         return await _get_json(c, "/state"), await _get_json(c, "/state/summary")
 
     state, summary = _with_client(h, both)
-    assert summary["agents"] == {"ACTIVE": 2, "UNREACHABLE": 0}
+    assert summary["agents"] == {"ACTIVE": 2, "UNREACHABLE": 0, "DISCONNECTED": 0, "DRAINING": 0}
     assert summary["frameworks"]["active"] == len(state["frameworks"])
     assert summary["frameworks"]["inactive"] == 0
     by_state: dict[str, int] = {}
@@ -134,6 +141,8 @@ def test_metrics_are_prometheus_text() -> None:
     stats = DaemonStats()
     stats.messages_received = 7
     stats.bad_frames_received = 2
+    stats.messages_dropped = 3
+    stats.queue_size = lambda: 11
     stats.observe_allocation(0.003)
     stats.observe_allocation(5.0)
 
@@ -162,6 +171,10 @@ def test_metrics_are_prometheus_text() -> None:
     assert samples[("agora_master_resources_allocated", (("resource", "cpus"),))] >= 1
     assert samples[("agora_master_messages_received_total", ())] == 7
     assert samples[("agora_master_bad_frames_received_total", ())] == 2
+    assert samples[("agora_master_messages_dropped_total", ())] == 3
+    assert samples[("agora_master_event_queue_size", ())] == 11
+    assert samples[("agora_master_agents_disconnected", ())] == 0
+    assert samples[("agora_master_agents_draining", ())] == 0
     assert samples[("agora_master_allocation_run_seconds_count", ())] == 2
     assert samples[("agora_master_allocation_run_seconds_bucket", (("le", "0.005"),))] == 1
     assert samples[("agora_master_allocation_run_seconds_bucket", (("le", "+Inf"),))] == 2
@@ -215,3 +228,25 @@ def test_http_options() -> None:
     with pytest.raises(SystemExit) as exc:
         load_settings(["--http-port", "70000"], env=env)
     assert exc.value.code == 2
+
+
+def test_metrics_count_silent_and_drained_agents() -> None:
+    h = _cluster()
+    a1 = next(a for a in h.master.state.agents.values() if a.info.hostname == "a1")
+    h.handle("ops", DrainAgent(agent_id=a1.agent_id))
+    interval = h.config.agent_ping_interval
+    h.tick(interval)  # a ping to each agent; neither answers
+    h.tick(interval)  # and another: both missed a whole round
+
+    async def run() -> str:
+        app = make_app(lambda: h.master, DaemonStats())
+        async with TestClient(TestServer(app)) as client:
+            return await (await client.get("/metrics")).text()
+
+    text = asyncio.run(asyncio.wait_for(run(), timeout=10))
+    samples = {
+        s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples
+    }
+    assert samples["agora_master_agents_draining"] == 1
+    assert samples["agora_master_agents_disconnected"] == 2
+    assert samples["agora_master_agents_active"] == 2

@@ -1,0 +1,266 @@
+"""Operator calls over HTTP: each POST becomes the operator call it names, made through the
+daemon exactly as one over ZeroMQ (same ACL, same core, answered once in effect).
+
+- ``POST /weights`` ``{"weights": {"batch": 2, "mpi": 1}}``
+- ``POST /quota`` ``{"role": "batch", "guarantee": "cpus:8;mem:16384", "limit": "cpus:16"}``
+- ``DELETE /quota/{role}``
+- ``POST /agents/{id}/drain``, ``/agents/{id}/reactivate``, ``/agents/{id}/gone``
+- ``POST /frameworks/{id}/teardown``
+- ``POST /tasks/{id}/kill`` (``?framework_id=`` when several frameworks use the id)
+
+Answers: 200 ``{"ok": true, "call": ..., "message": ...}``; else ``{"error": ..., "code": ...}``
+with 400 (bad input), 401 (no or wrong token), 403 (the ACL says no), 404 (unknown id), 503 (not
+the leader now) or 504 (no answer in time: the call may still take effect).
+
+Authentication: with ``--http-credentials FILE`` (TOML, ``principal = "token"`` lines) every call
+needs ``Authorization: Bearer TOKEN`` and is made as that token's principal, which the ACL then
+checks like a CURVE principal. Without it, calls are anonymous: refused when CURVE is on (the
+socket would be bypassed), otherwise allowed as they are on the unauthenticated socket.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import math
+import tomllib
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from agora.master.server.daemon import NotActing
+from agora.sdk.codec import encode
+from agora.sdk.errors import ProtocolError
+from agora.sdk.ids import AgentID, FrameworkID, TaskID
+from agora.sdk.messages import (
+    DrainAgent,
+    Error,
+    ErrorCode,
+    MarkAgentGone,
+    Message,
+    OperatorDone,
+    OperatorKill,
+    ReactivateAgent,
+    RoleWeight,
+    TeardownFramework,
+    UpdateQuota,
+    UpdateWeights,
+)
+from agora.sdk.resources import Resources
+from aiohttp import web
+
+__all__ = ["Operator", "add_routes", "load_credentials"]
+
+#: Request bodies larger than this are refused (a weights map of 1024 roles fits easily).
+MAX_BODY: Final = 256 * 1024
+
+_STATUS: Final[dict[ErrorCode, int]] = {
+    ErrorCode.BAD_REQUEST: 400,
+    ErrorCode.FORBIDDEN: 403,
+    ErrorCode.UNKNOWN_AGENT: 404,
+    ErrorCode.UNKNOWN_FRAMEWORK: 404,
+    ErrorCode.UNKNOWN_TASK: 404,
+    ErrorCode.AGENT_REMOVED: 409,
+    ErrorCode.FRAMEWORK_REMOVED: 409,
+    ErrorCode.NOT_LEADER: 503,
+}
+
+#: Makes a call as a principal (None: anonymous) within a timeout: the daemon's ``call``.
+CallFn = Callable[[Message, "str | None", float], Awaitable[Message]]
+
+
+@dataclass(frozen=True, slots=True)
+class Operator:
+    """What the routes need: a way to make calls, and who may."""
+
+    call: CallFn
+    #: token -> principal; empty: calls are anonymous.
+    tokens: Mapping[str, str] = field(default_factory=dict)
+    #: CURVE is on at the socket: anonymous HTTP calls are refused.
+    authenticated: bool = False
+    timeout: float = 10.0
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, text: str, headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(text)
+        self.status = status
+        self.headers = dict(headers or {})
+
+
+def load_credentials(path: Path) -> dict[str, str]:
+    """token -> principal from a TOML file of ``principal = "token"``; ValueError if unusable."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ValueError(f"HTTP credentials {path}: {exc}") from None
+    tokens: dict[str, str] = {}
+    for principal, token in data.items():
+        if not isinstance(token, str) or len(token) < 16:
+            raise ValueError(
+                f"HTTP credentials {path}: the token of {principal!r} must be a string of at "
+                "least 16 characters"
+            )
+        if token in tokens:
+            raise ValueError(f"HTTP credentials {path}: {principal!r} reuses another's token")
+        tokens[token] = principal
+    if not tokens:
+        raise ValueError(f'HTTP credentials {path}: no principal = "token" entries')
+    return tokens
+
+
+def add_routes(
+    app: web.Application,
+    operator: Operator,
+    standby: Callable[[web.Request], web.StreamResponse | None],
+) -> None:
+    """The operator call routes; ``standby(request)`` answers instead when not the leader."""
+
+    def route(build: Callable[[web.Request, Any], Message]) -> Any:
+        async def handler(request: web.Request) -> web.StreamResponse:
+            elsewhere = standby(request)
+            if elsewhere is not None:
+                return elsewhere
+            try:
+                principal = _principal(request, operator)
+                message = build(request, await _body(request))
+                encode(message)  # the checks a frame gets (bounds, lengths), before the core
+            except _Refused as exc:
+                return _error(exc.status, str(exc), headers=exc.headers)
+            except (ProtocolError, ValueError, TypeError) as exc:
+                return _error(400, str(exc))
+            return await _make(operator, message, principal)
+
+        return handler
+
+    app.router.add_post("/weights", route(_weights))
+    app.router.add_post("/quota", route(_quota))
+    app.router.add_delete("/quota/{role}", route(_no_quota))
+    app.router.add_post("/agents/{id}/drain", route(_agent(DrainAgent)))
+    app.router.add_post("/agents/{id}/reactivate", route(_agent(ReactivateAgent)))
+    app.router.add_post("/agents/{id}/gone", route(_agent(MarkAgentGone)))
+    app.router.add_post("/frameworks/{id}/teardown", route(_teardown))
+    app.router.add_post("/tasks/{id}/kill", route(_kill))
+
+
+async def _make(operator: Operator, message: Message, principal: str | None) -> web.Response:
+    try:
+        answer = await operator.call(message, principal, operator.timeout)
+    except NotActing as exc:
+        return _error(503, str(exc), headers={"Retry-After": "1"})
+    except TimeoutError:
+        return _error(
+            504, f"no answer in {operator.timeout:g}s: the call may still take effect; check /state"
+        )
+    if isinstance(answer, OperatorDone):
+        return web.json_response({"ok": True, "call": answer.call, "message": answer.message})
+    if isinstance(answer, Error):
+        body = {"error": answer.message, "code": answer.code.value}
+        return web.json_response(body, status=_STATUS.get(answer.code, 500))
+    return _error(500, f"unexpected answer {answer.NAME}")
+
+
+def _principal(request: web.Request, operator: Operator) -> str | None:
+    header = request.headers.get("Authorization", "")
+    if not operator.tokens:
+        if operator.authenticated:
+            raise _Refused(
+                403,
+                "operator calls over HTTP need --http-credentials on a master with CURVE on",
+            )
+        return None
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token:
+        raise _Refused(401, "an Authorization: Bearer token is required", _CHALLENGE)
+    found = None
+    for known, principal in operator.tokens.items():
+        if hmac.compare_digest(known.encode(), token.strip().encode()):
+            found = principal
+    if found is None:
+        raise _Refused(401, "unknown token", _CHALLENGE)
+    return found
+
+
+_CHALLENGE: Final = {"WWW-Authenticate": 'Bearer realm="agora"'}
+
+
+async def _body(request: web.Request) -> Any:
+    if request.content_length is not None and request.content_length > MAX_BODY:
+        raise _Refused(413, f"request body over {MAX_BODY} bytes")
+    raw = await request.content.read(MAX_BODY + 1)
+    if len(raw) > MAX_BODY:
+        raise _Refused(413, f"request body over {MAX_BODY} bytes")
+    if not raw.strip():
+        return None
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise _Refused(400, f"the body is not JSON: {exc}") from None
+
+
+def _object(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise _Refused(400, "the body must be a JSON object")
+    return body
+
+
+def _weights(_: web.Request, body: Any) -> Message:
+    weights = _object(body).get("weights")
+    if not isinstance(weights, dict) or not weights:
+        raise _Refused(400, 'expected {"weights": {"role": weight, ...}}')
+    pairs = []
+    for role, weight in weights.items():
+        if isinstance(weight, bool) or not isinstance(weight, int | float):
+            raise _Refused(400, f"the weight of {role!r} must be a number")
+        if not math.isfinite(weight):
+            raise _Refused(400, f"the weight of {role!r} must be finite")
+        pairs.append(RoleWeight(role=role, weight=float(weight)))
+    return UpdateWeights(weights=tuple(pairs))
+
+
+def _quota(_: web.Request, body: Any) -> Message:
+    obj = _object(body)
+    role = obj.get("role")
+    if not isinstance(role, str):
+        raise _Refused(400, 'expected {"role": ..., "guarantee": "cpus:4;mem:4096", "limit": ...}')
+    unknown = sorted(set(obj) - {"role", "guarantee", "limit"})
+    if unknown:
+        raise _Refused(400, f"unknown fields: {', '.join(unknown)}")
+    guarantee = _resources(obj.get("guarantee"), "guarantee") or Resources()
+    return UpdateQuota(role=role, guarantee=guarantee, limit=_resources(obj.get("limit"), "limit"))
+
+
+def _resources(value: Any, what: str) -> Resources | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise _Refused(400, f"{what} must be resources in text form, like 'cpus:4;mem:4096'")
+    return Resources.parse(value)
+
+
+def _no_quota(request: web.Request, _: Any) -> Message:
+    return UpdateQuota(role=request.match_info["role"])
+
+
+def _agent(kind: type[DrainAgent | ReactivateAgent | MarkAgentGone]) -> Any:
+    def build(request: web.Request, _: Any) -> Message:
+        return kind(agent_id=AgentID(request.match_info["id"]))
+
+    return build
+
+
+def _teardown(request: web.Request, _: Any) -> Message:
+    return TeardownFramework(framework_id=FrameworkID(request.match_info["id"]))
+
+
+def _kill(request: web.Request, _: Any) -> Message:
+    framework = request.query.get("framework_id")
+    return OperatorKill(
+        task_id=TaskID(request.match_info["id"]),
+        framework_id=FrameworkID(framework) if framework else None,
+    )
+
+
+def _error(status: int, text: str, *, headers: Mapping[str, str] | None = None) -> web.Response:
+    return web.json_response({"error": text}, status=status, headers=headers)

@@ -1,0 +1,274 @@
+"""Operator calls over the master's HTTP API: each route's message, the answers' statuses,
+authentication by bearer token, hostile bodies, and a standby's redirect to the leader.
+
+The daemon's ``call`` is played by a recorder; the real path (daemon, ACL, core) is covered by
+tests/integration/test_master_http_daemon.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from agora.master.server.daemon import NotActing
+from agora.master.server.http import make_app
+from agora.master.server.http_calls import MAX_BODY, Operator, load_credentials
+from agora.master.server.metrics import DaemonStats
+from agora.sdk.messages import (
+    DrainAgent,
+    Error,
+    ErrorCode,
+    MarkAgentGone,
+    Message,
+    OperatorDone,
+    OperatorKill,
+    ReactivateAgent,
+    RoleWeight,
+    TeardownFramework,
+    UpdateQuota,
+    UpdateWeights,
+)
+from agora.sdk.resources import Resources
+from aiohttp.test_utils import TestClient, TestServer
+from support.master_kit import Harness
+
+T = TypeVar("T")
+TOKEN = "s3cret-token-of-ops"
+
+
+class Recorder:
+    """Plays the daemon: records (message, principal) and answers as told."""
+
+    def __init__(self, answer: Message | BaseException | None = None) -> None:
+        self.calls: list[tuple[Message, str | None]] = []
+        self.answer = answer
+
+    async def __call__(self, message: Message, principal: str | None, timeout: float) -> Message:
+        self.calls.append((message, principal))
+        if isinstance(self.answer, BaseException):
+            raise self.answer
+        return self.answer or OperatorDone(call=message.NAME, message="done")
+
+
+def _run(
+    operator: Operator,
+    body: Callable[[TestClient[Any, Any]], Awaitable[T]],
+    *,
+    leading: bool = True,
+    leader_http: str | None = None,
+) -> T:
+    h = Harness()
+
+    async def run() -> T:
+        app = make_app(
+            lambda: h.master if leading else None,
+            DaemonStats(),
+            lambda: {"leader": "tcp://10.0.0.1:5050", "leader_http": leader_http},
+            operator=operator,
+        )
+        async with TestClient(TestServer(app)) as client:
+            return await asyncio.wait_for(body(client), timeout=10)
+
+    return asyncio.run(run())
+
+
+async def _post(
+    client: TestClient[Any, Any],
+    path: str,
+    json: Any = None,
+    *,
+    status: int = 200,
+    token: str | None = None,
+    method: str = "POST",
+) -> Any:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    resp = await client.request(method, path, json=json, headers=headers, allow_redirects=False)
+    assert resp.status == status, await resp.text()
+    return await resp.json()
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "expected"),
+    [
+        (
+            "POST",
+            "/weights",
+            {"weights": {"batch": 2, "mpi": 0.5}},
+            UpdateWeights(
+                weights=(RoleWeight(role="batch", weight=2.0), RoleWeight(role="mpi", weight=0.5))
+            ),
+        ),
+        (
+            "POST",
+            "/quota",
+            {"role": "batch", "guarantee": "cpus:4;mem:1024", "limit": "cpus:8"},
+            UpdateQuota(
+                role="batch",
+                guarantee=Resources.parse("cpus:4;mem:1024"),
+                limit=Resources.parse("cpus:8"),
+            ),
+        ),
+        ("DELETE", "/quota/batch", None, UpdateQuota(role="batch")),
+        ("POST", "/agents/e1-A3/drain", None, DrainAgent(agent_id="e1-A3")),  # type: ignore[arg-type]
+        ("POST", "/agents/e1-A3/reactivate", None, ReactivateAgent(agent_id="e1-A3")),  # type: ignore[arg-type]
+        ("POST", "/agents/e1-A3/gone", None, MarkAgentGone(agent_id="e1-A3")),  # type: ignore[arg-type]
+        (
+            "POST",
+            "/frameworks/e1-F2/teardown",
+            None,
+            TeardownFramework(framework_id="e1-F2"),  # type: ignore[arg-type]
+        ),
+        (
+            "POST",
+            "/tasks/t1/kill?framework_id=e1-F2",
+            None,
+            OperatorKill(task_id="t1", framework_id="e1-F2"),  # type: ignore[arg-type]
+        ),
+    ],
+)
+def test_each_route_makes_its_call(method: str, path: str, body: Any, expected: Message) -> None:
+    calls = Recorder()
+    got = _run(Operator(calls), lambda c: _post(c, path, body, method=method))
+    assert got == {"ok": True, "call": expected.NAME, "message": "done"}
+    assert calls.calls == [(expected, None)]
+
+
+@pytest.mark.parametrize(
+    ("code", "status"),
+    [
+        (ErrorCode.BAD_REQUEST, 400),
+        (ErrorCode.FORBIDDEN, 403),
+        (ErrorCode.UNKNOWN_AGENT, 404),
+        (ErrorCode.UNKNOWN_FRAMEWORK, 404),
+        (ErrorCode.NOT_LEADER, 503),
+        (ErrorCode.INTERNAL, 500),
+    ],
+)
+def test_a_refusal_keeps_its_reason_and_gets_a_matching_status(
+    code: ErrorCode, status: int
+) -> None:
+    calls = Recorder(Error(message="DRAIN_AGENT: no agent x", code=code))
+    got = _run(Operator(calls), lambda c: _post(c, "/agents/x/drain", status=status))
+    assert got == {"error": "DRAIN_AGENT: no agent x", "code": code.value}
+
+
+def test_not_acting_is_503_and_no_answer_is_504() -> None:
+    got = _run(
+        Operator(Recorder(NotActing("lease lapsed"))),
+        lambda c: _post(c, "/agents/x/drain", status=503),
+    )
+    assert "lease lapsed" in got["error"]
+    got = _run(
+        Operator(Recorder(TimeoutError()), timeout=0.5),
+        lambda c: _post(c, "/agents/x/drain", status=504),
+    )
+    assert "may still take effect" in got["error"]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "why"),
+    [
+        ("/weights", {"weights": {"batch": 0}}, "weights"),
+        ("/weights", {"weights": {"batch": -1}}, "weights"),
+        ("/weights", {"weights": {"batch": True}}, "number"),
+        ("/weights", {"weights": {"batch": "2"}}, "number"),
+        ("/weights", {"weights": {}}, "expected"),
+        ("/weights", [1, 2], "JSON object"),
+        ("/weights", {"weights": {"x" * 5000: 1}}, "weights"),
+        ("/quota", {"role": "batch", "guarantee": 4}, "text form"),
+        ("/quota", {"role": "batch", "guarantee": "cpus:four"}, "cpus"),
+        ("/quota", {"role": "batch", "guarantee": "cpus:1", "extra": 1}, "unknown fields"),
+        ("/quota", {"guarantee": "cpus:1"}, "expected"),
+    ],
+)
+def test_bad_bodies_are_400_and_make_no_call(path: str, body: Any, why: str) -> None:
+    calls = Recorder()
+    got = _run(Operator(calls), lambda c: _post(c, path, body, status=400))
+    assert why in got["error"]
+    assert calls.calls == []
+
+
+def test_malformed_and_oversized_bodies_are_refused() -> None:
+    calls = Recorder()
+
+    async def scenario(client: TestClient[Any, Any]) -> None:
+        resp = await client.post("/weights", data=b"{not json")
+        assert resp.status == 400 and "not JSON" in (await resp.json())["error"]
+        resp = await client.post("/weights", data=b"x" * (MAX_BODY + 10))
+        assert resp.status == 413
+
+    _run(Operator(calls), scenario)
+    assert calls.calls == []
+
+
+def test_with_credentials_a_call_needs_a_known_token_and_runs_as_its_principal() -> None:
+    calls = Recorder()
+    operator = Operator(calls, {TOKEN: "ops"})
+
+    async def scenario(client: TestClient[Any, Any]) -> None:
+        await _post(client, "/agents/x/drain", status=401)
+        await _post(client, "/agents/x/drain", status=401, token="wrong-token-wrong-token")
+        resp = await client.post("/agents/x/drain", headers={"Authorization": "Basic abc"})
+        assert resp.status == 401 and resp.headers["WWW-Authenticate"].startswith("Bearer")
+        await _post(client, "/agents/x/drain", token=TOKEN)
+
+    _run(operator, scenario)
+    assert calls.calls == [(DrainAgent(agent_id="x"), "ops")]  # type: ignore[arg-type]
+
+
+def test_without_credentials_curve_masters_refuse_http_calls() -> None:
+    calls = Recorder()
+    got = _run(
+        Operator(calls, authenticated=True), lambda c: _post(c, "/agents/x/drain", status=403)
+    )
+    assert "--http-credentials" in got["error"]
+    assert calls.calls == []
+
+
+def test_a_standby_redirects_reads_and_calls_to_the_leader() -> None:
+    calls = Recorder()
+
+    async def scenario(client: TestClient[Any, Any]) -> None:
+        for method, path in (
+            ("GET", "/state?x=1"),
+            ("GET", "/state/summary"),
+            ("POST", "/agents/a/drain"),
+        ):
+            resp = await client.request(method, path, allow_redirects=False)
+            assert resp.status == 307, path
+            assert resp.headers["Location"] == "http://10.0.0.1:8080" + path
+            assert (await resp.json())["leader"] == "tcp://10.0.0.1:5050"
+        resp = await client.get("/health")
+        assert resp.status == 200 and (await resp.json())["leading"] is False
+
+    _run(Operator(calls), scenario, leading=False, leader_http="http://10.0.0.1:8080/")
+    assert calls.calls == []
+
+
+def test_a_standby_that_does_not_know_the_leader_answers_503() -> None:
+    got = _run(
+        Operator(Recorder()),
+        lambda c: _post(c, "/state", method="GET", status=503),
+        leading=False,
+        leader_http=None,
+    )
+    assert got["error"] == "this master is not the leader"
+
+
+def test_credentials_file(tmp_path: Path) -> None:
+    good = tmp_path / "good.toml"
+    good.write_text(f'ops = "{TOKEN}"\nci = "another-long-token-1234"\n')
+    assert load_credentials(good) == {TOKEN: "ops", "another-long-token-1234": "ci"}
+    for text, why in (
+        ('ops = "short"', "16 characters"),
+        (f'a = "{TOKEN}"\nb = "{TOKEN}"', "reuses"),
+        ("", "no principal"),
+        ("ops = [", "credentials"),
+    ):
+        bad = tmp_path / "bad.toml"
+        bad.write_text(text)
+        with pytest.raises(ValueError, match=why):
+            load_credentials(bad)
