@@ -132,6 +132,8 @@ class LocalCluster:
         self.endpoint_file = work_dir / "master.endpoint"
         #: The master's endpoint, or every master's, comma-separated (what clients are given).
         self.endpoint: str | None = None
+        #: Each master's operator HTTP API (/state, /metrics, operator calls), once up.
+        self.http_urls: list[str] = []
         self.master_names = (
             ["master"] if masters == 1 else [f"master-{i}" for i in range(1, masters + 1)]
         )
@@ -156,8 +158,11 @@ class LocalCluster:
         try:
             async with asyncio.timeout(timeout):
                 if len(self.master_names) == 1:
-                    master = await self._spawn("master", self._master_argv())
-                    endpoint = await or_stop(self._read_endpoint(master), stop)
+                    await self._spawn("master", self._master_argv())
+                    endpoint = await or_stop(self._read_file(self.endpoint_file), stop)
+                    # (Written before the endpoint file, so already there.)
+                    http_file = self.endpoint_file.with_name(self.endpoint_file.name + ".http")
+                    self.http_urls = [await or_stop(self._read_file(http_file), stop)]
                 else:
                     endpoint = await self._spawn_group()
                 self.endpoint = endpoint
@@ -178,18 +183,24 @@ class LocalCluster:
             *(self.python, "-m", "agora.master.server"),
             *("--bind", "tcp://127.0.0.1:0"),
             *("--endpoint-file", str(self.endpoint_file)),
+            *("--http-port", "0"),
             *("--work-dir", str(self.work_dir / "master")),
             *("--log-level", self.log_level),
         ]
 
     async def _spawn_group(self) -> str:
         """Start an election group on free ports; every member is named in every --masters."""
-        endpoints = [f"tcp://127.0.0.1:{port}" for port in free_ports(len(self.master_names))]
+        ports = free_ports(2 * len(self.master_names))
+        endpoints = [f"tcp://127.0.0.1:{port}" for port in ports[0::2]]
+        self.http_urls = [f"http://127.0.0.1:{port}" for port in ports[1::2]]
         group = ",".join(endpoints)
-        for name, endpoint in zip(self.master_names, endpoints, strict=True):
+        for name, endpoint, http_port in zip(
+            self.master_names, endpoints, ports[1::2], strict=True
+        ):
             argv = [
                 *(self.python, "-m", "agora.master.server"),
                 *("--bind", endpoint),
+                *("--http-port", str(http_port)),
                 *("--masters", group),
                 *("--advertise", endpoint),
                 *("--work-dir", str(self.work_dir / name)),
@@ -238,9 +249,6 @@ class LocalCluster:
             *("--endpoint-file", str(url_file)),
             *("--log-level", self.log_level),
         ]
-
-    async def _read_endpoint(self, master: Child) -> str:
-        return await self._read_file(self.endpoint_file)
 
     async def _read_file(self, path: Path) -> str:
         while True:

@@ -133,6 +133,7 @@ async def serve(cluster: LocalCluster, timeout: float, console: Console) -> int:
     for signo in _SIGNALS:
         loop.add_signal_handler(signo, on_signal)
     address_file: Path | None = None
+    http_file: Path | None = None
     code = 0
     try:
         n = len(cluster.agent_names)
@@ -151,6 +152,13 @@ async def serve(cluster: LocalCluster, timeout: float, console: Console) -> int:
             f"agora local: master{'s' if m > 1 else ''} [bold]{endpoint}[/bold] with agents "
             f"{', '.join(cluster.agent_names)}; {where}. Ctrl-C stops."
         )
+        if cluster.http_urls:
+            urls = ",".join(cluster.http_urls)
+            with contextlib.suppress(OSError):
+                http_file = write_address(urls, name="master.http")
+            console.print(
+                escape(f"agora local: operator HTTP API {urls} (/state, /metrics); in {http_file}")
+            )
         if cluster.batch_url:
             console.print(
                 escape(f"agora local: batch service {cluster.batch_url} (agora batch submit …)")
@@ -176,19 +184,23 @@ async def serve(cluster: LocalCluster, timeout: float, console: Console) -> int:
             console.print(f"agora local: had to kill {', '.join(forced)}")
         if address_file is not None:
             remove_address(address_file, cluster.endpoint or "")
+        if http_file is not None:
+            remove_address(http_file, ",".join(cluster.http_urls))
         for signo in _SIGNALS:
             loop.remove_signal_handler(signo)
     console.print("agora local: stopped")
     return code
 
 
-def write_address(endpoint: str, environ: Mapping[str, str] | None = None) -> Path:
-    """Record ``endpoint`` in ``$AGORA_HOME/master`` (atomically); the file's path."""
+def write_address(
+    endpoint: str, environ: Mapping[str, str] | None = None, *, name: str = "master"
+) -> Path:
+    """Record ``endpoint`` in ``$AGORA_HOME/<name>`` (atomically); the file's path."""
     home = agora_home(environ)
     home.mkdir(parents=True, exist_ok=True)
-    path = home / "master"
+    path = home / name
     with tempfile.NamedTemporaryFile(
-        "w", dir=home, prefix=".master.", delete=False, encoding="utf-8"
+        "w", dir=home, prefix=f".{name}.", delete=False, encoding="utf-8"
     ) as tmp:
         tmp.write(endpoint + "\n")
     os.replace(tmp.name, path)

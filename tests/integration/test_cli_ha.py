@@ -7,10 +7,12 @@ and the standbys, and the masters' data dirs hold the term they voted in.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -66,6 +68,38 @@ def test_state_shows_the_leader_the_standbys_and_the_epoch(ha: Local) -> None:
     assert state["master_info"]["epoch"] >= 1
     text = ha.agora("state", timeout=30)
     assert text.returncode == 0 and "(leader)" in text.stdout and "(standby)" in text.stdout
+
+
+def test_standbys_redirect_http_readers_to_the_leader(ha: Local) -> None:
+    urls = (ha.home / "master.http").read_text().strip().split(",")
+    assert len(urls) == 3
+
+    def health(url: str) -> dict[str, Any]:
+        with urllib.request.urlopen(url + "/health", timeout=10) as resp:
+            body: dict[str, Any] = json.loads(resp.read())
+            return body
+
+    # The leader's HTTP URL reaches the standbys with its appends, within a heartbeat or two.
+    leader_url = wait_for(
+        lambda: (
+            (found := [u for u in urls if health(u)["leading"]])
+            and all(health(u)["leader_http"] == found[0] for u in urls)
+            and found[0]
+        ),
+        timeout=10,
+        what="every master to know the leader's HTTP API",
+    )
+    for url in urls:
+        if url == leader_url:
+            continue
+        conn = http.client.HTTPConnection(url.removeprefix("http://"), timeout=10)
+        try:
+            conn.request("GET", "/state?pretty=1")
+            resp = conn.getresponse()
+            assert resp.status == 307
+            assert resp.getheader("Location") == leader_url + "/state?pretty=1"
+        finally:
+            conn.close()
 
 
 def test_after_the_leader_is_killed_work_still_runs_under_a_new_leader(ha: Local) -> None:
