@@ -9,7 +9,7 @@ from importlib.metadata import entry_points
 from typing import Any
 
 import structlog
-from agora.sdk.cli import image, keys, kill, local, logs, run, show, top
+from agora.sdk.cli import image, keys, kill, local, logs, operate, run, show, top
 from agora.sdk.cli.common import CliError
 from agora.sdk.logs import configure_logging
 
@@ -25,8 +25,13 @@ examples:
   agora run --cpus 1 --mem 256 -- sh -c 'make -j4 && ./test'
   agora tasks --all                      # live and finished tasks
   agora state --json | jq '.agents[].hostname'
+  agora roles                            # weights, quota, dominant share per role
   agora top                              # a live console of the cluster; q quits
   agora kill agora-run-1a2b3c4d
+  agora drain AGENT_ID                   # no new offers there; `agora reactivate` undoes it
+  agora weights batch=3 analytics=1      # DRF weights per role
+  agora quota batch --guarantee 'cpus:4;mem:8192' --limit cpus:8   # --remove takes it away
+  agora teardown FRAMEWORK_ID --yes      # kill a framework's tasks and remove it
   agora logs --follow agora-run-1a2b3c4d # a task's stdout, through its agent (--stderr)
 
 With CURVE on at the master, the commands that talk to it take --curve-secret-key FILE (this
@@ -47,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_parser(sub)
     show.add_parsers(sub)
     kill.add_parser(sub)
+    operate.add_parsers(sub)
     logs.add_parser(sub)
     top.add_parser(sub)
     keys.add_parser(sub)

@@ -1,4 +1,5 @@
-"""``agora state``, ``agora agents``, ``agora tasks``: the master's state as tables or JSON."""
+"""``agora state``, ``agora agents``, ``agora tasks``, ``agora roles``: the master's state as
+tables or JSON."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from agora.sdk.messages import (
     FrameworkSummary,
     MasterMember,
     Record,
+    RoleSummary,
     StateReply,
     TaskState,
     TaskSummary,
@@ -24,14 +26,21 @@ from agora.sdk.messages import (
 )
 from agora.sdk.resources import Resources
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 __all__ = [
     "add_parsers",
+    "agent_status",
     "agents_json",
+    "agents_table",
+    "frameworks_table",
     "live_tasks",
+    "roles_json",
+    "roles_table",
     "state_json",
     "tasks_json",
+    "tasks_table",
     "to_json",
 ]
 
@@ -52,6 +61,12 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     _common(tasks)
     tasks.add_argument("--all", action="store_true", help="include finished tasks")
     tasks.set_defaults(func=cmd_tasks)
+
+    roles = sub.add_parser(
+        "roles", help="the roles the master knows: weight, quota guarantee and limit, share"
+    )
+    _common(roles)
+    roles.set_defaults(func=cmd_roles)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -88,6 +103,10 @@ def state_json(reply: StateReply) -> dict[str, Any]:
 
 def agents_json(reply: StateReply) -> list[Any]:
     return [to_json(a) for a in reply.agents]
+
+
+def roles_json(reply: StateReply) -> list[Any]:
+    return [to_json(r) for r in reply.roles]
 
 
 def tasks_json(reply: StateReply, *, include_done: bool) -> list[Any]:
@@ -128,13 +147,16 @@ def cmd_state(args: argparse.Namespace) -> int:
         return 0
     console = _console()
     info = reply.master_info
+    cluster = f"[bold]cluster[/bold] {escape(reply.cluster)}  " if reply.cluster else ""
     console.print(
-        f"[bold]master[/bold] {info.master_id}  address {info.address}  epoch {info.epoch}"
+        f"{cluster}[bold]master[/bold] {info.master_id}  address {info.address}  epoch {info.epoch}"
     )
     if len(reply.masters) > 1:
         console.print(f"[bold]masters[/bold] {masters_line(reply.masters)}")
     console.print(agents_table(reply.agents))
     console.print(frameworks_table(reply.frameworks))
+    if reply.roles:
+        console.print(roles_table(reply.roles))
     console.print(
         tasks_table(reply.tasks, title="Tasks (live, then completed)", agents=reply.agents)
     )
@@ -147,6 +169,15 @@ def cmd_agents(args: argparse.Namespace) -> int:
         _dump(agents_json(reply))
     else:
         _console().print(agents_table(reply.agents))
+    return 0
+
+
+def cmd_roles(args: argparse.Namespace) -> int:
+    reply = _fetch(args)
+    if args.json:
+        _dump(roles_json(reply))
+    else:
+        _console().print(roles_table(reply.roles))
     return 0
 
 
@@ -164,6 +195,11 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- tables
 
 
+def agent_status(agent: AgentSummary) -> str:
+    """ACTIVE, DRAINING (active, but an operator drained it: no new offers), or UNREACHABLE."""
+    return "DRAINING" if agent.draining and agent.status == "ACTIVE" else agent.status
+
+
 def agents_table(agents: Sequence[AgentSummary]) -> Table:
     table = Table(title=f"Agents ({len(agents)})", title_justify="left")
     table.add_column("ID", no_wrap=True)
@@ -171,7 +207,11 @@ def agents_table(agents: Sequence[AgentSummary]) -> Table:
         table.add_column(name, overflow="fold")
     for a in agents:
         attrs = ";".join(f"{k}:{v}" for k, v in sorted(a.attributes.items()))
-        status = a.status if a.status == "ACTIVE" else f"[yellow]{a.status}[/yellow]"
+        status = agent_status(a)
+        if status == "DRAINING":
+            status = f"[bold yellow]{status}[/bold yellow]"
+        elif status != "ACTIVE":
+            status = f"[red]{status}[/red]"
         table.add_row(
             str(a.agent_id),
             a.hostname,
@@ -189,6 +229,8 @@ def frameworks_table(frameworks: Sequence[FrameworkSummary]) -> Table:
     table.add_column("ID", no_wrap=True)
     for name in ("NAME", "ROLES", "ACTIVE", "CONNECTED", "USER", "PRINCIPAL"):
         table.add_column(name, overflow="fold")
+    table.add_column("SHARE", justify="right")
+    table.add_column("OFFERS", justify="right")
     for f in frameworks:
         table.add_row(
             str(f.framework_id),
@@ -198,8 +240,38 @@ def frameworks_table(frameworks: Sequence[FrameworkSummary]) -> Table:
             _yes(f.connected),
             f.user,
             f.principal or "",
+            _percent(f.share),
+            str(f.offers),
         )
     return table
+
+
+def roles_table(roles: Sequence[RoleSummary]) -> Table:
+    """One row per role; a guarantee or limit of ``-`` is none (no quota, no limit)."""
+    table = Table(title=f"Roles ({len(roles)})", title_justify="left")
+    table.add_column("NAME", no_wrap=True)
+    table.add_column("WEIGHT", justify="right")
+    table.add_column("GUARANTEE", overflow="fold")
+    table.add_column("LIMIT", overflow="fold")
+    table.add_column("SHARE", justify="right")
+    for r in roles:
+        table.add_row(
+            escape(r.name),
+            f"{r.weight:g}",
+            _quota(r.guarantee),
+            _quota(r.limit),
+            _percent(r.share),
+        )
+    return table
+
+
+def _quota(amount: Resources | None) -> str:
+    text = amount.to_text() if amount is not None else ""
+    return text or "-"
+
+
+def _percent(share: float | None) -> str:
+    return "-" if share is None else f"{share * 100:.1f}%"
 
 
 def tasks_table(

@@ -32,13 +32,12 @@ from agora.sdk.cli.common import (
     resolve_curve,
     resolve_master,
 )
+from agora.sdk.cli.top_events import Event, diff_states
 from agora.sdk.cli.top_render import (
     FOCUSABLE,
     MAX_EVENTS,
-    Event,
     History,
     View,
-    diff_states,
     render,
     totals,
 )

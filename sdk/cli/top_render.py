@@ -1,5 +1,5 @@
-"""``agora top``'s screen as a pure function of (state, history, events, size), and the event feed
-derived by diffing two successive :class:`StateReply` snapshots.
+"""``agora top``'s screen as a pure function of (state, history, events, size); the event feed
+itself comes from :mod:`top_events`.
 
 Nothing here talks to the master or the terminal, so every frame can be rendered (and tested) with
 a recording rich Console. The work per frame is linear in the state with small constants, and only
@@ -15,7 +15,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from agora.sdk.messages import AgentSummary, StateReply, TaskState, TaskSummary
+from agora.sdk.cli.show import agent_status
+from agora.sdk.cli.top_events import Event
+from agora.sdk.messages import (
+    AgentSummary,
+    FrameworkSummary,
+    MasterMember,
+    StateReply,
+    TaskState,
+    TaskSummary,
+)
 from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.table import Table
@@ -25,12 +34,11 @@ __all__ = [
     "FOCUSABLE",
     "HISTORY",
     "RESOURCES",
-    "Event",
     "History",
     "Totals",
     "View",
     "bar",
-    "diff_states",
+    "duration",
     "render",
     "sparkline",
     "totals",
@@ -65,18 +73,10 @@ _STATE_STYLE: Final = {
 }
 _ACTIVE_TASK: Final = frozenset({TaskState.RUNNING, TaskState.KILLING})
 _PENDING_TASK: Final = frozenset({TaskState.STAGING, TaskState.STARTING})
+_AGENT_STYLE: Final = {"ACTIVE": "", "DRAINING": "bold yellow"}
 
 
 # ---------------------------------------------------------------- model
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    """One line of the event feed."""
-
-    when: float
-    text: str
-    style: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,66 +129,6 @@ def totals(state: StateReply) -> Totals:
     return Totals(total, alloc)
 
 
-# ---------------------------------------------------------------- events
-
-
-def diff_states(prev: StateReply | None, cur: StateReply, now: float) -> list[Event]:
-    """What changed from ``prev`` to ``cur`` that an operator should notice, oldest-first."""
-    if prev is None:
-        return []
-    out: list[Event] = []
-    if prev.master_info.master_id != cur.master_info.master_id:
-        out.append(Event(now, f"master changed to {cur.master_info.master_id}", "yellow"))
-    before_agents = {a.agent_id: a for a in prev.agents}
-    now_agents = {a.agent_id: a for a in cur.agents}
-    for aid, a in now_agents.items():
-        old = before_agents.get(aid)
-        if old is None:
-            out.append(Event(now, f"agent {a.hostname} registered", "green"))
-        elif old.status != a.status:
-            style = "green" if a.status == "ACTIVE" else "red"
-            out.append(Event(now, f"agent {a.hostname} became {a.status}", style))
-    for aid, a in before_agents.items():
-        if aid not in now_agents:
-            out.append(Event(now, f"agent {a.hostname} removed", "red"))
-    before_fw = {f.framework_id: f for f in prev.frameworks}
-    now_fw = {f.framework_id: f for f in cur.frameworks}
-    for fid, f in now_fw.items():
-        old_fw = before_fw.get(fid)
-        if old_fw is None:
-            out.append(Event(now, f"framework {f.name} registered", "green"))
-            continue
-        if old_fw.active and not f.active:
-            out.append(Event(now, f"framework {f.name} removed", "red"))
-        elif old_fw.connected and not f.connected:
-            out.append(Event(now, f"framework {f.name} disconnected", "yellow"))
-        elif not old_fw.connected and f.connected:
-            out.append(Event(now, f"framework {f.name} reconnected", "green"))
-    for fid, f in before_fw.items():
-        if fid not in now_fw:
-            out.append(Event(now, f"framework {f.name} removed", "red"))
-    before_tasks = {(t.framework_id, t.task_id): t.state for t in prev.tasks}
-    for t in cur.tasks:
-        if before_tasks.get((t.framework_id, t.task_id)) == t.state:
-            continue
-        if t.state is TaskState.FINISHED:
-            out.append(Event(now, f"task {t.task_id} finished", "green"))
-        elif t.state in (TaskState.FAILED, TaskState.ERROR, TaskState.LOST, TaskState.DROPPED):
-            out.append(Event(now, f"task {t.task_id} {t.state.name}{_why(t)}", "red"))
-        elif t.state is TaskState.KILLED:
-            out.append(Event(now, f"task {t.task_id} killed", "yellow"))
-    return out
-
-
-def _why(t: TaskSummary) -> str:
-    parts = [t.reason.name] if t.reason is not None else []
-    if t.exit_code is not None:
-        parts.append(f"exit {t.exit_code}")
-    if t.message:
-        parts.append(t.message)
-    return f": {', '.join(parts)}" if parts else ""
-
-
 # ---------------------------------------------------------------- small pieces
 
 
@@ -208,6 +148,22 @@ def sparkline(samples: Iterable[float], width: int = HISTORY) -> str:
     values = list(samples)[-width:]
     top = len(_SPARKS) - 1
     return "".join(_SPARKS[round(min(max(v, 0.0), 1.0) * top)] for v in values)
+
+
+def duration(seconds: float) -> str:
+    """``45s``, ``3m12s``, ``2h05m``, ``3d04h``: a span in its two largest units."""
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86_400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86_400}d{s % 86_400 // 3600:02d}h"
+
+
+def _percent(share: float | None) -> str:
+    return "-" if share is None else f"{share * 100:.1f}%"
 
 
 def _num(value: float) -> str:
@@ -241,21 +197,47 @@ def _border(name: str, view: View) -> str:
 # ---------------------------------------------------------------- sections
 
 
-def _header(state: StateReply, now: float, view: View) -> Text:
+def _header(state: StateReply, now: float, view: View) -> Group:
+    """Two lines: the cluster and its counts (and a failed poll, a filter being typed); then
+    who leads, since when, and the standbys."""
     info = state.master_info
     live = sum(1 for t in state.tasks if t.state in _ACTIVE_TASK or t.state in _PENDING_TASK)
-    text = Text.assemble(
+    first = Text.assemble(
         ("agora top", "bold"),
+        "  ",
+        (state.cluster or "agora", "bold cyan"),
         f"  {_clock(now)}  │ agents {len(state.agents)}  frameworks {len(state.frameworks)}",
-        f"  tasks {len(state.tasks)} ({live} live)  │ master {info.master_id} at {info.address}",
-        f" epoch {info.epoch}",
+        f"  tasks {len(state.tasks)} ({live} live)",
         no_wrap=True,
         overflow="ellipsis",
     )
     if view.error:
-        text.append(f"  ⚠ {view.error}", style="bold red")
+        first.append(f"  ⚠ {view.error}", style="bold red")
     if view.editing:
-        text.append(f"  filter: /{view.filter}▏", style="bold")
+        first.append(f"  filter: /{view.filter}▏", style="bold")
+    second = Text.assemble(
+        "leader ",
+        (info.address, "bold"),
+        f" ({info.master_id})  epoch {info.epoch}",
+        no_wrap=True,
+        overflow="ellipsis",
+    )
+    if state.leader_since > 0:
+        second.append(f"  leading for {duration(now - state.leader_since)}")
+    if state.masters:
+        second.append("  │ ")
+        second.append_text(_standbys(state.masters))
+    return Group(first, second)
+
+
+def _standbys(masters: Sequence[MasterMember]) -> Text:
+    standbys = [m for m in masters if m.role != "leader"]
+    if not standbys:
+        return Text("no standbys", style="yellow")
+    text = Text(f"standbys {len(standbys)}")
+    down = [m.address for m in standbys if not m.reachable]
+    if down:
+        text.append(f", {len(down)} unreachable: {', '.join(down)}", style="bold red")
     return text
 
 
@@ -289,7 +271,9 @@ def _agents(state: StateReply, rows: int, view: View, task_counts: Mapping[str, 
     needle = view.filter.lower() if view.focus == "agents" else ""
     agents: Iterable[AgentSummary] = state.agents
     if needle:
-        agents = [a for a in state.agents if _matches(needle, a.hostname, a.status, a.agent_id)]
+        agents = [
+            a for a in state.agents if _matches(needle, a.hostname, agent_status(a), a.agent_id)
+        ]
     matching = agents if isinstance(agents, list | tuple) else list(agents)
     top = heapq.nlargest(rows, matching, key=_agent_share)
     table = Table(
@@ -304,7 +288,8 @@ def _agents(state: StateReply, rows: int, view: View, task_counts: Mapping[str, 
     table.add_column("MEM", no_wrap=True)
     table.add_column("TASKS", justify="right")
     for a in top:
-        status = Text(a.status, style="" if a.status == "ACTIVE" else "bold red")
+        status_name = agent_status(a)
+        status = Text(status_name, style=_AGENT_STYLE.get(status_name, "bold red"))
         table.add_row(
             a.hostname,
             status,
@@ -344,26 +329,30 @@ def _frameworks(state: StateReply, rows: int, view: View) -> Table:
         expand=True,
         border_style=_border("frameworks", view),
     )
-    table.add_column("NAME", no_wrap=True, overflow="ellipsis", min_width=8, ratio=2)
+    table.add_column("NAME", no_wrap=True, overflow="ellipsis", min_width=8, ratio=1)
     table.add_column("ROLES", overflow="ellipsis", no_wrap=True, min_width=5, ratio=1)
-    table.add_column("ACTIVE")
-    table.add_column("CONNECTED")
-    table.add_column("RUNNING", justify="right")
-    table.add_column("STAGING", justify="right")
+    table.add_column("STATUS", no_wrap=True)
+    table.add_column("SHARE", justify="right")
+    table.add_column("RUN", justify="right")  # running (and killing) tasks
+    table.add_column("STAGE", justify="right")  # staging and starting tasks
+    table.add_column("OFFERS", justify="right")
     for f in shown:
         table.add_row(
             f.name,
             ",".join(f.roles),
-            _flag(f.active),
-            _flag(f.connected),
+            _framework_status(f),
+            _percent(f.share),
             str(running.get(f.framework_id, 0)),
             str(staging.get(f.framework_id, 0)),
+            str(f.offers),
         )
     return table
 
 
-def _flag(value: bool) -> Text:
-    return Text("yes", style="green") if value else Text("no", style="red")
+def _framework_status(f: FrameworkSummary) -> Text:
+    if not f.active:
+        return Text("INACTIVE", style="red")
+    return Text("ACTIVE") if f.connected else Text("DISCONNECTED", style="bold yellow")
 
 
 def _tasks(state: StateReply, rows: int, view: View, hosts: Mapping[str, str]) -> Table:
@@ -421,9 +410,9 @@ def _side_by_side(left: RenderableType, right: RenderableType, ratio: tuple[int,
 
 #: Below this width the four tables are stacked rather than two by two.
 _WIDE: Final = 140
-#: Lines a frame takes besides table rows: header 1, utilization 6, and 5 per row of tables.
-_FIXED_WIDE: Final = 7 + 2 * 5
-_FIXED_NARROW: Final = 7 + 4 * 5
+#: Lines a frame takes besides table rows: header 2, utilization 6, and 5 per row of tables.
+_FIXED_WIDE: Final = 8 + 2 * 5
+_FIXED_NARROW: Final = 8 + 4 * 5
 
 
 def render(

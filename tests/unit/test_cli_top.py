@@ -8,11 +8,12 @@ import time
 
 from agora.sdk.cli.main import build_parser
 from agora.sdk.cli.top import TopState, handle_key
+from agora.sdk.cli.top_events import diff_states
 from agora.sdk.cli.top_render import (
     History,
     View,
     bar,
-    diff_states,
+    duration,
     render,
     sparkline,
     totals,
@@ -22,6 +23,7 @@ from agora.sdk.messages import (
     AgentSummary,
     FrameworkSummary,
     MasterInfo,
+    MasterMember,
     Reason,
     StateReply,
     TaskState,
@@ -104,14 +106,84 @@ def test_a_frame_shows_agents_frameworks_tasks_and_utilization() -> None:
     assert "0/0 (0%)" in out
     assert "m-1" in out and "tcp://127.0.0.1:5050" in out and "epoch 3" in out
     assert "agents 2" in out and "frameworks 2" in out and "tasks 5 (2 live)" in out
+    # no cluster name, no election group, no leader_since: defaults, and nothing made up
+    assert "agora top  agora " in out
+    assert "standby" not in out and "leading for" not in out
+
+
+def _styled(renderable: object, width: int = 160) -> str:
+    console = Console(
+        record=True, width=width, color_system="truecolor", force_terminal=True, file=io.StringIO()
+    )
+    console.print(renderable)
+    return console.export_text(styles=True)
+
+
+def test_header_names_cluster_leader_epoch_standbys_and_how_long_it_has_led() -> None:
+    state = dataclasses.replace(
+        _state(),
+        cluster="prod-eu",
+        leader_since=NOW - 192,
+        masters=(
+            MasterMember(address="tcp://127.0.0.1:5050", role="leader"),
+            MasterMember(address="tcp://10.0.0.2:5050", role="standby"),
+            MasterMember(address="tcp://10.0.0.3:5050", role="standby", reachable=False),
+        ),
+    )
+    out = _text(render(state, History(), [], (160, 40), now=NOW))
+    head = out.splitlines()[:2]
+    assert "prod-eu" in head[0]
+    assert "leader tcp://127.0.0.1:5050 (m-1)  epoch 3  leading for 3m12s" in head[1]
+    assert "standbys 2, 1 unreachable: tcp://10.0.0.3:5050" in head[1]
+    assert "tcp://10.0.0.2:5050" not in out  # a reachable standby is only counted
+    lonely = dataclasses.replace(state, masters=state.masters[:1])
+    assert "no standbys" in _text(render(lonely, History(), [], (160, 40), now=NOW))
+
+
+def test_duration_is_compact() -> None:
+    assert [duration(s) for s in (-3, 0, 45, 192, 3599, 7500, 86_400 * 3 + 3600 * 4 + 5)] == [
+        "0s",
+        "0s",
+        "45s",
+        "3m12s",
+        "59m59s",
+        "2h05m",
+        "3d04h",
+    ]
+
+
+def test_frameworks_show_share_and_outstanding_offers() -> None:
+    state = _state()
+    spark, batchy = state.frameworks
+    state = dataclasses.replace(
+        state,
+        frameworks=(
+            dataclasses.replace(spark, share=0.375, offers=3),
+            dataclasses.replace(batchy, active=False),
+        ),
+    )
+    out = _text(render(state, History(), [], (160, None), now=NOW))
+    assert "SHARE" in out and "OFFERS" in out
+    spark_row = next(line for line in out.splitlines() if "spark" in line)
+    assert "37.5%" in spark_row and spark_row.rstrip(" │").endswith("3")
+    batchy_row = next(line for line in out.splitlines() if "batchy" in line)
+    assert "INACTIVE" in batchy_row and " - " in batchy_row
+
+
+def test_a_drained_agent_shows_draining_in_its_own_style_and_can_be_filtered() -> None:
+    state = _state()
+    drained = dataclasses.replace(state.agents[0], draining=True)
+    gone = dataclasses.replace(state.agents[1], draining=True, status="UNREACHABLE")
+    state = dataclasses.replace(state, agents=(drained, gone))
+    styled = _styled(render(state, History(), [], (160, None), now=NOW))
+    assert "\x1b[1;33mDRAINING" in styled  # bold yellow
+    assert "\x1b[1;31mUNREACHABLE" in styled  # unreachable wins over draining
+    out = _text(render(state, History(), [], (160, None), now=NOW, view=View(filter="drain")))
+    assert "host-1" in out and "host-2" not in out
 
 
 def test_task_states_are_coloured() -> None:
-    console = Console(
-        record=True, width=160, color_system="truecolor", force_terminal=True, file=io.StringIO()
-    )
-    console.print(render(_state(), History(), [], (160, None), now=NOW))
-    styled = console.export_text(styles=True)
+    styled = _styled(render(_state(), History(), [], (160, None), now=NOW))
     assert "\x1b[32mFINISHED" in styled  # green
     assert "\x1b[31mFAILED" in styled  # red
     assert "\x1b[33mKILLED" in styled  # yellow
@@ -167,6 +239,26 @@ def test_diff_reports_lost_agents_frameworks_and_task_outcomes() -> None:
     assert not any("t-done" in t or "t-fail" in t for t in texts)  # unchanged
     assert diff_states(None, after, NOW) == []
     assert diff_states(after, after, NOW) == []
+
+
+def test_diff_reports_drain_reactivation_and_a_new_leader() -> None:
+    before = _state()
+    drained = dataclasses.replace(
+        before,
+        agents=(dataclasses.replace(before.agents[0], draining=True), before.agents[1]),
+    )
+    texts = [e.text for e in diff_states(before, drained, NOW)]
+    assert texts == ["agent host-1 drained"]
+    assert [e.text for e in diff_states(drained, before, NOW)] == ["agent host-1 reactivated"]
+    new_leader = MasterInfo(master_id="m-2", address="tcp://10.0.0.2:5050", epoch=4)
+    after = dataclasses.replace(before, master_info=new_leader)
+    texts = [e.text for e in diff_states(before, after, NOW)]
+    assert texts == ["leader changed to tcp://10.0.0.2:5050 (m-2, epoch 4)"]
+    # the same master winning a later election is a leader change too
+    again = dataclasses.replace(before, master_info=dataclasses.replace(MASTER, epoch=5))
+    assert [e.text for e in diff_states(before, again, NOW)] == [
+        "leader changed to tcp://127.0.0.1:5050 (m-1, epoch 5)"
+    ]
 
 
 def test_events_appear_in_the_frame() -> None:
