@@ -55,7 +55,6 @@ from agora.agent.server.config import DaemonSettings, option_env_names
 from agora.agent.server.containment import AgentContainment
 from agora.agent.server.gpu_assign import GpuAssignments
 from agora.agent.server.history import AgentHistory
-from agora.agent.server.http import make_app
 from agora.agent.server.isolation import (
     IsolationError,
     choose_container_config,
@@ -75,8 +74,10 @@ from agora.sdk.httpd import start_http
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID
 from agora.sdk.images import ImageStore
 from agora.sdk.messages import (
+    ContainerUsage,
     Error,
     Message,
+    Pong,
     UnregisterAgent,
 )
 from agora.sdk.transport import CurveClient, MasterLink, Received, TransportClosed, ZmqServer
@@ -153,7 +154,13 @@ class AgentDaemon:
         self._containers = ContainerConfig()
         self._containment = AgentContainment(Containerizer(self._containers), lambda: self._core)
         self._forkserver: ForkServer | None = None
-        self.bad_frames = 0
+        # Read by /metrics at scrape time (agora.agent.server.metrics.AgentCounters).
+        self.started = time.monotonic()
+        #: Frames from the master and executors that decoded, and that did not.
+        self.messages_received = 0
+        self.bad_frames_received = 0
+        #: The container usage sampled for the latest PONG (empty: none, or no containers).
+        self.latest_usage: tuple[ContainerUsage, ...] = ()
 
     @property
     def core(self) -> Agent:
@@ -172,6 +179,10 @@ class AgentDaemon:
     def http_port(self) -> int:
         """The bound port of the HTTP API (0: none)."""
         return self._http_port
+
+    def uptime(self) -> float:
+        """Seconds since the daemon was made."""
+        return time.monotonic() - self.started
 
     # ---- life cycle ------------------------------------------------------------------------
 
@@ -216,8 +227,11 @@ class AgentDaemon:
         self._endpoint = advertised_endpoint(self._server.endpoint)
         self._checkpoint.record_endpoint(self._server.endpoint)
         if self._settings.http_port is not None:
-            # Before registering: the master learns the bound port in AgentInfo.
-            app = make_app(lambda: self._core, self._work_dir)
+            # Before registering: the master learns the bound port in AgentInfo. Imported here:
+            # it loads prometheus_client, which an agent without HTTP does not need.
+            from agora.agent.server.http import make_app
+
+            app = make_app(lambda: self._core, self._work_dir, self)
             try:
                 self._http, _, self._http_port = await start_http(
                     app, self._settings.http_bind, self._settings.http_port
@@ -485,9 +499,10 @@ class AgentDaemon:
     def _from_master(self, received: Received) -> None:
         message = received.message
         if message is None:
-            self.bad_frames += 1
+            self.bad_frames_received += 1
             log.warning("bad_frame_from_master", error=str(received.error))
             return
+        self.messages_received += 1
         if isinstance(message, Error):
             log.warning("master_error", code=message.code.value, message=message.message)
         if self._history.enabled:
@@ -497,9 +512,10 @@ class AgentDaemon:
     def _from_executor(self, received: Received) -> None:
         message = received.message
         if message is None:
-            self.bad_frames += 1
+            self.bad_frames_received += 1
             log.warning("bad_frame_from_executor", peer=received.peer, error=str(received.error))
             return
+        self.messages_received += 1
         self._call("from_executor", self._core.from_executor, received.peer, message, time.time())
 
     def _master_connected(self) -> None:
@@ -564,7 +580,10 @@ class AgentDaemon:
             if isinstance(action, ToMaster):
                 if self._history.enabled:
                     self._history.to_master(action.message)
-                self._outbox.append((None, self._containment.to_master(action.message)))
+                message = self._containment.to_master(action.message)
+                if isinstance(message, Pong):
+                    self.latest_usage = message.usage
+                self._outbox.append((None, message))
                 queued = True
             elif isinstance(action, ToExecutor):
                 message = self._containment.to_executor(action.message)

@@ -14,6 +14,10 @@ find it). Handlers read the core synchronously, between two core calls.
   ``<work dir>/frameworks/<fid>/executors/<eid>/tasks/<tid>/`` (command tasks; found through the
   core, or on disk once the core has forgotten the task). Only ``stdout`` and ``stderr`` can be
   read; ids are checked like task ids, and a symlink is never followed.
+- ``GET /metrics``: Prometheus text format (see :mod:`agora.agent.server.metrics`), from a
+  registry of the app's own.
+
+The daemon imports this module only when it serves HTTP: it loads prometheus_client.
 """
 
 from __future__ import annotations
@@ -26,9 +30,11 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from agora.agent.core import Agent
+from agora.agent.server.metrics import AgentCounters, make_registry
 from agora.sdk.httpd import HttpError, json_errors
 from agora.sdk.ids import id_problem
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 __all__ = [
     "FILES",
@@ -192,8 +198,12 @@ def _int_param(request: web.Request, name: str, default: int) -> int:
         raise FileReadError(400, f"{name} must be a whole number") from None
 
 
-def make_app(core: Callable[[], Agent | None], work_dir: str) -> web.Application:
-    """The agent app; ``core()`` is the daemon's current core (None: none yet)."""
+def make_app(
+    core: Callable[[], Agent | None], work_dir: str, counters: AgentCounters | None = None
+) -> web.Application:
+    """The agent app; ``core()`` is the daemon's current core (None: none yet); ``counters``
+    (the daemon) adds its uptime, message counts and latest container usage to /metrics."""
+    registry = make_registry(core, counters)
 
     async def health(_: web.Request) -> web.StreamResponse:
         return web.json_response({"status": "ok"})
@@ -216,8 +226,13 @@ def make_app(core: Callable[[], Agent | None], work_dir: str) -> web.Application
         sandbox = find_sandbox(work_dir, core(), task_id, request.query.get("framework"))
         return web.json_response(read_task_file(sandbox, name, offset, length))
 
+    async def metrics(_: web.Request) -> web.StreamResponse:
+        body = generate_latest(registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
     app = web.Application(middlewares=[json_errors])
     app.router.add_get("/health", health)
     app.router.add_get("/state", state)
     app.router.add_get("/files/read", files_read)
+    app.router.add_get("/metrics", metrics)
     return app
