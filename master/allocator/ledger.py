@@ -3,9 +3,10 @@
 Every agent's total is split into *free* (which includes what is *earmarked* for the head
 gang) and *allocations* per (framework, role) — offered or in use. The ledger moves
 resources between the two (:meth:`Ledger.grant`, :meth:`Ledger.release`) and keeps every
-derived number in step: the per-agent scalar mirrors, the cluster-wide totals of active
-agents, the role and framework sorters, and the *epoch* (bumped whenever something might
-let a waiting gang fit: resources freed, an agent added or activated, an offer closed).
+derived number in step: the per-agent scalar mirrors, the cluster-wide totals (of every
+agent, and of the free resources of active ones), the role and framework sorters, and the
+*epoch* (bumped whenever something might let a waiting gang fit: resources freed, an agent
+added or activated, an offer closed).
 """
 
 from __future__ import annotations
@@ -59,8 +60,8 @@ class Ledger:
         self.roles: dict[str, RoleState] = {}
         self.role_sorter: Sorter[str] = self.new_sorter()
         self.weights: dict[str, float] = {}
-        # Scalars over active agents: totals, free (roles flattened), free unreserved, and the
-        # part of free that is earmarked (flattened / unreserved).
+        # Scalars: the total over every agent, and over active agents free (roles flattened),
+        # free unreserved, and the part of free that is earmarked (flattened / unreserved).
         self.cluster_total: _Milli = {}
         self.free_total: _Milli = {}
         self.free_unres: _Milli = {}
@@ -141,18 +142,26 @@ class Ledger:
     def _unreserved(self, agent: AgentState, res: Resources, milli: _Milli) -> _Milli:
         return res.unreserved().scalar_totals_milli() if agent.reserved else milli
 
-    def _count_active(self, agent: AgentState, sign: int) -> None:
+    def _count_total(self, agent: AgentState, sign: int) -> None:
+        """The agent's total in the cluster's and every sorter's totals (the denominators of
+        the DRF shares): counted while the allocator knows the agent, active or not, as Mesos
+        keeps a deactivated agent, so the tasks still on a drained agent do not make shares
+        grow past 1."""
         op = add_into if sign > 0 else subtract_into
         op(self.cluster_total, agent.total_milli)
-        op(self.free_total, agent.free_milli)
-        op(self.free_unres, self._unreserved(agent, agent.free, agent.free_milli))
-        op(self.earmark_total, agent.earmark_milli)
-        op(self.earmark_unres, self._unreserved(agent, agent.earmark, agent.earmark_milli))
         for sorter in self._all_sorters():
             if sign > 0:
                 sorter.add_total(agent.total_milli)
             else:
                 sorter.remove_total(agent.total_milli)
+
+    def _count_active(self, agent: AgentState, sign: int) -> None:
+        """The agent's free and earmarked resources in the offerable totals (active agents)."""
+        op = add_into if sign > 0 else subtract_into
+        op(self.free_total, agent.free_milli)
+        op(self.free_unres, self._unreserved(agent, agent.free, agent.free_milli))
+        op(self.earmark_total, agent.earmark_milli)
+        op(self.earmark_unres, self._unreserved(agent, agent.earmark, agent.earmark_milli))
 
     def add_agent(
         self,
@@ -170,6 +179,7 @@ class Ledger:
             raise AllocatorError(f"agent {agent_id!r}: used {in_use} exceeds total {total}")
         agent = AgentState(agent_id, total, order)
         self.agents[agent_id] = agent
+        self._count_total(agent, +1)
         self._count_active(agent, +1)
         for (framework_id, role), res in used.items():
             if res:
@@ -180,6 +190,7 @@ class Ledger:
 
     def remove_agent(self, agent: AgentState) -> None:
         self.clear_earmark(agent)
+        self._count_total(agent, -1)
         if agent.active:
             self._count_active(agent, -1)
         for (framework_id, role), res in list(agent.allocs.items()):
