@@ -248,7 +248,15 @@ def _teardown(call: _Call, msg: TeardownFramework, now: float) -> None:
     fw = st.frameworks.get(framework_id)
     text = f"framework {framework_id} was torn down"
     if fw is not None:
-        frameworks.remove_framework(st, fw, now, done=lambda: call.done(text), abandon=call.lost)
+
+        def removed() -> None:
+            # Its scheduler hears why its subscription ended (the SDK driver stops on this).
+            if fw.peer is not None and fw.connected:
+                why = Error(message=f"{text} by an operator", code=ErrorCode.FRAMEWORK_REMOVED)
+                st.send(fw.peer, why)
+            call.done(text)
+
+        frameworks.remove_framework(st, fw, now, done=removed, abandon=call.lost)
     elif framework_id in st.absent_frameworks:
         frameworks.remove_absent(
             st, framework_id, now, done=lambda: call.done(text), abandon=call.lost
