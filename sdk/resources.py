@@ -142,7 +142,7 @@ def _conflict(name: str, a: int, b: int) -> NoReturn:
 class Resources:
     """An immutable, hashable bag of scalar, range and set resources, per role."""
 
-    __slots__ = ("_c", "_hash", "_r", "_s", "_t")
+    __slots__ = ("_c", "_hash", "_json", "_r", "_s", "_t")
 
     # scalars in thousandths / normalized ranges / sets, keyed by (name, role); never empty
     _s: dict[Key, int]
@@ -151,6 +151,7 @@ class Resources:
     # kinds of names that are not well known: lets + detect a kind clash cheaply
     _c: dict[str, int]
     _hash: int
+    _json: dict[str, object]
 
     def __init__(self) -> None:
         """The empty value; use :meth:`parse`, :meth:`from_dict` or :meth:`scalars`."""
@@ -224,6 +225,16 @@ class Resources:
         for (name, role), items in sorted(self._t.items()):
             out[_key_text(name, role)] = sorted(items)
         return out
+
+    def json_view(self) -> Mapping[str, object]:
+        """:meth:`to_dict`, made once per value and shared: for encoders that only read it
+        (the operator API's documents repeat the same values thousands of times)."""
+        try:
+            return self._json
+        except AttributeError:
+            view = self.to_dict()
+            _set(self, "_json", view)
+            return view
 
     def __repr__(self) -> str:
         return f"Resources.parse({self.to_text()!r})"

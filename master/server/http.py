@@ -13,25 +13,18 @@ Served by aiohttp in the daemon's own event loop. Handlers read the core synchro
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
 from agora.master.core import Master
-from agora.master.core.operator import snapshot
 from agora.master.server.http_calls import MAX_BODY, Operator, add_routes
 from agora.master.server.metrics import DaemonStats, count, make_registry
+from agora.master.server.state_doc import StateDocument
 from agora.sdk.httpd import json_errors
 from agora.sdk.httpd import start_http as listen
 from agora.sdk.messages import (
-    AgentSummary,
-    ContainerUsage,
-    FrameworkSummary,
     MasterMember,
-    RoleSummary,
-    TaskSummary,
 )
-from agora.sdk.resources import Resources
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -42,54 +35,7 @@ def state_json(
     core: Master, stats: DaemonStats, masters: tuple[MasterMember, ...] = ()
 ) -> dict[str, Any]:
     """The full ``/state`` document, as plain JSON values (``masters``: the election group)."""
-    st = core.state
-    snap = snapshot(st)
-    info = snap.master_info
-    per_framework: dict[str, dict[str, int]] = {}
-    for task in st.tasks.values():
-        counts = per_framework.setdefault(task.framework_id, {})
-        counts[task.state.value] = counts.get(task.state.value, 0) + 1
-    return {
-        "cluster": snap.cluster,
-        "master": {
-            "id": info.master_id,
-            "epoch": info.epoch,
-            "address": info.address,
-            "uptime": stats.uptime(),
-            "leader_since": snap.leader_since,
-            "elected": True,
-        },
-        "masters": [
-            {
-                "address": m.address,
-                "role": m.role,
-                "reachable": m.reachable,
-                "last_contact": m.last_contact,
-            }
-            for m in masters
-        ],
-        "agents": [_agent(a) for a in snap.agents],
-        "frameworks": [
-            _framework(f, per_framework.get(f.framework_id, {})) for f in snap.frameworks
-        ],
-        "tasks": [_task(t) for t in snap.tasks],
-        "offers": {
-            "outstanding": len(st.offers),
-            "list": [
-                {
-                    "id": o.offer_id,
-                    "framework_id": o.framework_id,
-                    "agent_id": o.agent_id,
-                    "role": o.role,
-                    "resources": o.resources.to_dict(),
-                    "age": max(0.0, time.time() - o.created_at),
-                    "gang_id": o.gang_id,
-                }
-                for o in st.offers.values()
-            ],
-        },
-        "roles": [_role(r) for r in snap.roles],
-    }
+    return StateDocument().build(core, stats, masters)
 
 
 def summary_json(core: Master) -> dict[str, Any]:
@@ -101,74 +47,6 @@ def summary_json(core: Master) -> dict[str, Any]:
         "tasks": {state: n for state, n in c.tasks.items() if n},
         "offers": {"outstanding": c.offers},
         "resources": {"total": c.total, "allocated": c.allocated},
-    }
-
-
-def _agent(a: AgentSummary) -> dict[str, Any]:
-    reserved = a.resources - a.resources.unreserved()
-    return {
-        "id": a.agent_id,
-        "hostname": a.hostname,
-        "port": a.port,
-        "http_port": a.http_port,
-        "address": a.address,
-        "status": a.status,
-        "resources": a.resources.to_dict(),
-        "allocated": a.allocated.to_dict(),
-        "reserved": reserved.to_dict(),
-        "draining": a.draining,
-        "attributes": dict(a.attributes),
-    }
-
-
-def _framework(f: FrameworkSummary, tasks: dict[str, int]) -> dict[str, Any]:
-    return {
-        "id": f.framework_id,
-        "name": f.name,
-        "roles": list(f.roles),
-        "active": f.active,
-        "connected": f.connected,
-        "user": f.user,
-        "principal": f.principal,
-        "share": f.share,
-        "offers": f.offers,
-        "tasks": tasks,
-    }
-
-
-def _role(r: RoleSummary) -> dict[str, Any]:
-    quota = None
-    if r.guarantee is not None or r.limit is not None:
-        quota = {
-            "guarantee": (r.guarantee or Resources()).to_dict(),
-            "limit": None if r.limit is None else r.limit.to_dict(),
-        }
-    return {"name": r.name, "weight": r.weight, "quota": quota, "share": r.share}
-
-
-def _task(t: TaskSummary) -> dict[str, Any]:
-    return {
-        "id": t.task_id,
-        "name": t.name,
-        "framework_id": t.framework_id,
-        "agent_id": t.agent_id,
-        "state": t.state.value,
-        "reason": None if t.reason is None else t.reason.value,
-        "message": t.message,
-        "exit_code": t.exit_code,
-        "resources": t.resources.to_dict(),
-        "timestamp": t.timestamp,
-        "usage": None if t.usage is None else _usage(t.usage),
-    }
-
-
-def _usage(u: ContainerUsage) -> dict[str, Any]:
-    return {
-        "cpu_seconds": u.cpu_seconds,
-        "rss_bytes": u.rss_bytes,
-        "mem_limit_bytes": u.mem_limit_bytes,
-        "cpu_limit": u.cpu_limit,
-        "timestamp": u.timestamp,
     }
 
 
@@ -186,6 +64,7 @@ def make_app(
     known. ``operator``: make operator calls (POST routes); without it there are none. Metrics go
     to a registry of this app's own."""
     registry = make_registry(core, stats)
+    document = StateDocument()
 
     def standby(request: web.Request) -> web.StreamResponse | None:
         if core() is not None:
@@ -208,7 +87,8 @@ def make_app(
         current = core()
         if current is None:
             return _redirected(standby(request))
-        return web.json_response(state_json(current, stats, members()))
+        body = document.encode(current, stats, members())
+        return web.Response(body=body, content_type="application/json")
 
     async def summary(request: web.Request) -> web.StreamResponse:
         current = core()
