@@ -62,9 +62,12 @@ class OperatorClient:
         self.master = master
         self._curve = curve
 
-    async def get_state(self, timeout: float = DEFAULT_TIMEOUT) -> StateReply:
-        """A snapshot of agents, frameworks and tasks. TimeoutError when the master is silent."""
-        return await self._exchange(GetState(), StateReply, timeout)
+    async def get_state(
+        self, timeout: float = DEFAULT_TIMEOUT, *, query: GetState | None = None
+    ) -> StateReply:
+        """A snapshot of agents, frameworks and tasks; ``query`` limits and filters the rows
+        (a console on a big cluster: see GetState). TimeoutError when the master is silent."""
+        return await self._exchange(query or GetState(), StateReply, timeout)
 
     async def call(self, message: Message, timeout: float = DEFAULT_TIMEOUT) -> OperatorDone:
         """Make one operator call; its answer once it took effect (calls that change the

@@ -136,7 +136,7 @@ class Master:
         elif isinstance(message, ReregisterAgent):
             agents.on_reregister(st, sender, message, now)
         elif isinstance(message, GetState):
-            operator.on_get_state(st, sender)
+            operator.on_get_state(st, sender, message)
         elif isinstance(message, OPERATOR_CALLS):
             # Who may do this is the daemon's decision (its ACL); the core only carries it out.
             operator_calls.on_operator_call(st, sender, message, now)

@@ -5,12 +5,16 @@ Operator calls that change things are in :mod:`operator_calls`.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from agora.master.allocator import AllocatorError
+from agora.master.core import partial
 from agora.master.core.actions import Peer
 from agora.master.core.state import Agent, Framework, MasterState, Task
 from agora.sdk.messages import (
     AgentSummary,
     FrameworkSummary,
+    GetState,
     RoleSummary,
     StateReply,
     TaskSummary,
@@ -20,30 +24,51 @@ from agora.sdk.resources import Resources
 __all__ = ["effective_quotas", "effective_weights", "on_get_state", "snapshot"]
 
 
-def on_get_state(st: MasterState, peer: Peer) -> None:
-    st.send(peer, snapshot(st))
+def on_get_state(st: MasterState, peer: Peer, query: GetState | None = None) -> None:
+    st.send(peer, snapshot(st, query))
 
 
-def snapshot(st: MasterState) -> StateReply:
+def snapshot(st: MasterState, query: GetState | None = None) -> StateReply:
     """Agents, live and completed frameworks, live then completed tasks, and roles, in a stable
-    order."""
+    order; with ``query``'s limits or filters, only the rows it asks for (see GetState)."""
     live = [st.frameworks[fid] for fid in sorted(st.frameworks)]
     gone = list(st.completed_frameworks)
-    task_rows = [_task(st.tasks[key]) for key in sorted(st.tasks)]
-    for fw in (*live, *gone):
-        task_rows.extend(_task(task) for task in fw.completed)
-    return StateReply(
+    frameworks = (
+        *(_framework(st, fw, active=True) for fw in live),
+        *(_framework(st, fw, active=False) for fw in gone),
+    )
+    reply = StateReply(
         master_info=st.master_info,
-        agents=tuple(_agent(st, st.agents[aid]) for aid in sorted(st.agents)),
-        frameworks=(
-            *(_framework(st, fw, active=True) for fw in live),
-            *(_framework(st, fw, active=False) for fw in gone),
-        ),
-        tasks=tuple(task_rows),
+        frameworks=frameworks,
         roles=_roles(st),
         cluster=st.config.cluster,
         leader_since=st.leader_since,
     )
+    if query is None or query == _EVERYTHING:
+        tasks = [st.tasks[key] for key in sorted(st.tasks)]
+        for fw in (*live, *gone):
+            tasks.extend(fw.completed)
+        return replace(
+            reply,
+            agents=tuple(_agent(st, st.agents[aid]) for aid in sorted(st.agents)),
+            tasks=tuple(_task(task) for task in tasks),
+        )
+    chosen = partial.select(st, query)
+    return replace(
+        reply,
+        agents=tuple(_agent(st, agent) for agent in chosen.agents),
+        tasks=tuple(_task(task) for task in chosen.tasks),
+        partial=True,
+        agents_total=chosen.agents_total,
+        tasks_total=chosen.tasks_total,
+        agents_unreachable=chosen.agents_unreachable,
+        agents_draining=chosen.agents_draining,
+        resources_total=chosen.resources_total,
+        resources_allocated=chosen.resources_allocated,
+    )
+
+
+_EVERYTHING = GetState()
 
 
 def effective_weights(st: MasterState) -> dict[str, float]:

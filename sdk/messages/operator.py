@@ -104,7 +104,19 @@ class TaskSummary(Record):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GetState(Message):
+    """Ask for the master's state; the limits make it cheap on a big cluster (a console).
+
+    With ``agents_limit``, at most that many agents: every one that is not ACTIVE or is draining
+    first, then the busiest by allocated share. With ``tasks_limit``, the tasks updated last. A
+    filter keeps the agents (id, hostname, status) or tasks (id, name, state, agent id) that
+    contain its text, ignoring case, before the limit applies. Frameworks are always all there.
+    """
+
     NAME: ClassVar[str] = "GET_STATE"
+    agents_limit: Annotated[int, Range(0, _MANY)] | None = None
+    tasks_limit: Annotated[int, Range(0, _MANY)] | None = None
+    agents_filter: ShortStr = ""
+    tasks_filter: ShortStr = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -135,6 +147,17 @@ class StateReply(Message):
     cluster: ShortStr = ""
     #: Wall-clock time this master became the leader.
     leader_since: Timestamp = 0.0
+    #: True when GET_STATE's limits or filters left rows out; then the counts and sums below
+    #: are of the whole cluster (they are left empty otherwise: sum the rows).
+    partial: bool = False
+    agents_total: Annotated[int, Range(0, _MANY)] = 0
+    tasks_total: Annotated[int, Range(0, _MANY)] = 0
+    #: Of ``agents_total``: unreachable ones, and active ones an operator drained.
+    agents_unreachable: Annotated[int, Range(0, _MANY)] = 0
+    agents_draining: Annotated[int, Range(0, _MANY)] = 0
+    #: Scalars over every agent: their total, and what is allocated of it.
+    resources_total: Resources = field(default_factory=Resources)
+    resources_allocated: Resources = field(default_factory=Resources)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
