@@ -13,16 +13,18 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # System packages: a busybox image for filesystem/rootfs, nftables plus iproute2 for the
-# multi-host rig (deploy/rig.py) of the fault suite, and Open MPI for the MPI framework (mpi4py
-# comes from PyPI with the test extras). Installed with apt when running as root on Debian;
-# skipped otherwise (the tests that need them then skip, and agora mpirun says what is missing).
+# multi-host rig (deploy/rig.py) of the fault suite, Open MPI for the MPI framework (mpi4py
+# comes from PyPI with the test extras), and tmux for the terminal test of `agora top`.
+# Installed with apt when running as root on Debian; skipped otherwise (the tests that need
+# them then skip, and agora mpirun says what is missing).
 SYSDEPS := $(VENV)/.system-deps
 $(SYSDEPS): $(STAMP)
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 	   ! { [ -x /bin/busybox ] && command -v nft >/dev/null && command -v ip >/dev/null && \
-	       command -v mpirun >/dev/null && command -v orted >/dev/null; }; then \
+	       command -v mpirun >/dev/null && command -v orted >/dev/null && \
+	       command -v tmux >/dev/null; }; then \
 		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-			busybox-static nftables iproute2 openmpi-bin libopenmpi-dev; \
+			busybox-static nftables iproute2 openmpi-bin libopenmpi-dev tmux; \
 	fi
 	touch $@
 
@@ -54,6 +56,7 @@ bench: $(STAMP)
 	$(BIN)/python tests/bench/failover.py
 	$(BIN)/python tests/bench/batch.py --tasks 5000
 	$(BIN)/python tests/bench/mpi.py
+	$(BIN)/python tests/bench/state.py --agents 10000 --frameworks 50 --tasks 20000
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
