@@ -177,9 +177,17 @@ class MasterDaemon:
         peer = f"{LOCAL_PEER}{self._local_calls}"
         answer: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
         self._local[peer] = answer
+        # Handled to the end even if the caller gives up (timeout, client gone): a call cut off
+        # half-way through sending its actions would leave the core's word half-spoken.
+        handled = asyncio.get_running_loop().create_task(
+            self._handle(Received(peer, message, 0, None, principal), message),
+            name="master-operator-call",
+        )
+        self._background.add(handled)
+        handled.add_done_callback(self._background.discard)
         try:
             async with asyncio.timeout(timeout):
-                await self._handle(Received(peer, message, 0, None, principal), message)
+                await asyncio.shield(handled)
                 return await answer
         finally:
             del self._local[peer]
@@ -526,11 +534,11 @@ class MasterDaemon:
                 self._spawn(self._propose(action), "master-propose")
                 continue
             message = action.message
-            if local and action.to in local:
-                answer = local[action.to]
-                if not answer.done():
+            if action.to.startswith(LOCAL_PEER):
+                answer = local.get(action.to)
+                if answer is not None and not answer.done():
                     answer.set_result(message)
-                continue
+                continue  # (or the caller gave up waiting)
             if history.enabled and isinstance(message, Offers | RunTask | RunTaskGroup):
                 history.record("acting", term=action.epoch, until=self._lease_until())
             if isinstance(message, StateReply) and self._leadership is not None:
