@@ -1,6 +1,7 @@
 """`make demo`: a local cluster with 2 agents, the quickstart framework running 20 tasks, the
-table, then a batch job: an array of 10 tasks submitted, waited for and accounted, then (as root,
-with Open MPI) a 4-rank MPI job across the two agents.
+table, one frame of `agora top` and the master's task metrics, then a batch job: an array of 10
+tasks submitted, waited for and accounted, then (as root, with Open MPI) a 4-rank MPI job across
+the two agents.
 
 Starts `agora local` (which also runs the batch service) as a child process, waits until it has
 written the master's address, runs examples/quickstart.py against it, shows `agora tasks --all`,
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -48,7 +50,11 @@ def main() -> int:
             print("$ agora tasks --all", flush=True)
             table = subprocess.run([*agora, "tasks", "--all"], env=env, timeout=60)
             return (
-                run.returncode or table.returncode or batch_demo(agora, env) or mpi_demo(agora, env)
+                run.returncode
+                or table.returncode
+                or operator_demo(agora, env)
+                or batch_demo(agora, env)
+                or mpi_demo(agora, env)
             )
         finally:
             if cluster.poll() is None:
@@ -59,6 +65,23 @@ def main() -> int:
                 cluster.kill()
                 cluster.wait()
             print("demo: cluster stopped", flush=True)
+
+
+def operator_demo(agora: list[str], env: dict[str, str]) -> int:
+    """One frame of the operator's console, and the master's Prometheus metrics for tasks."""
+    print("$ agora top --once", flush=True)
+    top = subprocess.run([*agora, "top", "--once"], env=env, timeout=60)
+    url = (Path(env["AGORA_HOME"]) / "master.http").read_text().split(",")[0].strip()
+    print(f"$ curl -s {url}/metrics | grep '^agora_master_tasks{{' | grep -v ' 0.0$'", flush=True)
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
+        metrics = resp.read().decode()
+    wanted = [
+        line
+        for line in metrics.splitlines()
+        if line.startswith("agora_master_tasks{") and not line.endswith(" 0.0")
+    ]
+    print("\n".join(wanted), flush=True)
+    return top.returncode
 
 
 def batch_demo(agora: list[str], env: dict[str, str]) -> int:
