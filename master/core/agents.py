@@ -7,7 +7,7 @@ from collections import defaultdict
 from agora.master.core.actions import Peer
 from agora.master.core.offers import rescind_offers
 from agora.master.core.state import Agent, AgentStatus, MasterState, Task, TaskKey
-from agora.master.core.tasks import is_final
+from agora.master.core.tasks import complete, is_final
 from agora.master.registry import (
     AdmitAgent,
     AgentEntry,
@@ -411,8 +411,9 @@ def _remove(st: MasterState, agent: Agent, now: float, *, by_operator: bool = Fa
             fw = st.frameworks.get(task.framework_id)
             state = gone if fw is not None and fw.partition_aware else TaskState.LOST
             status = st.master_status(key[1], state, reason, now, agent_id=agent.agent_id)
+            task.state, task.status = state, status
             st.send_framework(task.framework_id, Update(status=status))
-        st.forget_task(key)
+        complete(st, task)  # operators still see how it ended (agora tasks --all)
     del st.agents[agent.agent_id]
     st.removed_agents.add(agent.agent_id)
     _failure(st, agent.agent_id)

@@ -73,7 +73,7 @@ def on_status_update(st: MasterState, agent: Agent, msg: StatusUpdateMessage, no
             # Resources are free as soon as the agent says so, before any acknowledgement.
             st.release_task(task, now)
         if status.uuid is None and is_final(status.state):
-            _complete(st, task)
+            complete(st, task)
     st.send_framework(update.framework_id, Update(status=status))
 
 
@@ -94,11 +94,12 @@ def on_acknowledge(st: MasterState, fw: Framework, msg: Acknowledge) -> None:
         and task.status.uuid == msg.uuid
         and is_final(task.status.state)
     ):
-        _complete(st, task)
+        complete(st, task)
 
 
-def _complete(st: MasterState, task: Task) -> None:
-    """The framework has seen the task's final update: keep it only in the bounded history."""
+def complete(st: MasterState, task: Task) -> None:
+    """The task is over for the master (its framework has seen its final update, or its agent
+    is gone): keep it only in the framework's bounded history."""
     st.forget_task(task.key)
     fw = st.frameworks.get(task.framework_id)
     if fw is not None:

@@ -288,9 +288,12 @@ class LocalCluster:
             done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
             for waiter in done:
                 child = waiters.pop(waiter)
-                if child.name == BATCH:
+                stood_down = child.name in self.agent_names and waiter.result() == 0
+                if child.name == BATCH or stood_down:
+                    # The cluster itself carries on: without the batch service, or without an
+                    # agent that left cleanly (an operator marked it gone: it was told to stop).
                     if on_tolerated is not None:
-                        on_tolerated(child)  # the cluster itself carries on
+                        on_tolerated(child)
                     continue
                 if child.name not in self.master_names or group == 1:
                     return child

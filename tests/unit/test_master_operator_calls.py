@@ -396,7 +396,15 @@ def test_mark_gone_ends_tasks_and_shuts_the_agent_down(
     assert status.reason is Reason.AGENT_REMOVED_BY_OPERATOR
     assert of_type(sent_to(out, "a1"), ShutdownAgent)
     assert _done(out).call == "MARK_AGENT_GONE"
-    assert _state(h).agents == ()
+    after = _state(h)
+    assert after.agents == ()
+    # The master keeps the task as completed, so operators still see how it ended.
+    [task] = after.tasks
+    assert (task.task_id, task.state, task.reason) == (
+        TaskID("t1"),
+        state,
+        Reason.AGENT_REMOVED_BY_OPERATOR,
+    )
 
 
 def test_a_gone_agent_may_not_come_back_and_marking_it_again_is_done_already() -> None:
