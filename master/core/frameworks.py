@@ -197,6 +197,8 @@ def _resubscribe(st: MasterState, sender: Peer, fw: Framework, msg: Subscribe, n
     if st.registry.frameworks.get(fw.framework_id) != entry:
         st.propose(UpsertFramework(framework=entry), now=now)  # e.g. a new failover timeout
     fw.disconnected_at = None
+    if sender != old_peer:
+        fw.failovers += 1  # a new connection (a scheduler restarted or moved) took over
     _bind_peer(st, fw, sender)
     # A suppressed role stays suppressed across re-subscription; the call may add more.
     if msg.suppressed_roles:

@@ -143,6 +143,7 @@ def _framework(st: MasterState, fw: Framework, *, active: bool) -> FrameworkSumm
         principal=info.principal,
         share=share,
         offers=len(fw.offers) if active else 0,
+        failovers=fw.failovers,
     )
 
 

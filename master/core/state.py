@@ -76,6 +76,8 @@ class Framework:
     subscribed_at: float
     #: When the scheduler's connection was lost; ``None`` while connected.
     disconnected_at: float | None = None
+    #: Re-subscriptions from a new connection (a scheduler that failed over).
+    failovers: int = 0
     tasks: set[TaskKey] = field(default_factory=set)
     offers: set[OfferID] = field(default_factory=set)
     #: Terminal tasks whose last update was acknowledged (bounded, oldest first).

@@ -156,6 +156,7 @@ class StateDocument:
             "principal": info.principal,
             "share": share,
             "offers": len(fw.offers) if active else 0,
+            "failovers": fw.failovers,
             "tasks": tasks,
         }
 

@@ -71,6 +71,8 @@ class FrameworkSummary(Record):
     share: Annotated[float, Range(0)] | None = None
     #: Offers sent to it and not yet answered.
     offers: Annotated[int, Range(0, 1_000_000_000)] = 0
+    #: Times a new scheduler connection took it over (re-subscribed) under this leader.
+    failovers: Annotated[int, Range(0, 1_000_000_000)] = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

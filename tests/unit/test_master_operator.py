@@ -106,3 +106,12 @@ def test_task_ids_that_cannot_name_a_directory_are_refused() -> None:
         status = only(updates_in(out, "s1"))
         assert status.state in (TaskState.ERROR, TaskState.LOST, TaskState.DROPPED)
         assert "task id" in status.message
+
+
+def test_a_scheduler_taking_over_from_a_new_connection_counts_as_a_failover() -> None:
+    h = Harness()
+    fw = h.subscribe("s1", failover_timeout=60.0)
+    h.subscribe("s1", failover_timeout=60.0, framework_id=fw)  # the same connection again
+    assert [f.failovers for f in _state(h).frameworks] == [0]
+    h.subscribe("s1-restarted", failover_timeout=60.0, framework_id=fw)
+    assert [f.failovers for f in _state(h).frameworks] == [1]
