@@ -5,18 +5,20 @@ Operator calls that change things are in :mod:`operator_calls`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 
 from agora.master.allocator import AllocatorError
 from agora.master.core import partial
 from agora.master.core.actions import Peer
-from agora.master.core.state import Agent, Framework, MasterState, Task
+from agora.master.core.state import Agent, Framework, MasterState, Task, TaskKey
 from agora.sdk.messages import (
     AgentSummary,
     FrameworkSummary,
     GetState,
     RoleSummary,
     StateReply,
+    TaskState,
     TaskSummary,
 )
 from agora.sdk.resources import Resources
@@ -69,6 +71,9 @@ def snapshot(st: MasterState, query: GetState | None = None) -> StateReply:
 
 
 _EVERYTHING = GetState()
+_RUNNING = frozenset({TaskState.RUNNING, TaskState.KILLING})
+_STAGING = frozenset({TaskState.STAGING, TaskState.STARTING})
+_LIVE = _RUNNING | _STAGING
 
 
 def effective_weights(st: MasterState) -> dict[str, float]:
@@ -111,6 +116,7 @@ def _agent(st: MasterState, agent: Agent) -> AgentSummary:
     if st.allocator.has_agent(agent.agent_id):
         allocated = st.allocator.total(agent.agent_id) - st.allocator.available(agent.agent_id)
     entry = st.registry.agents.get(agent.agent_id)
+    live = _count(st, agent.tasks, _LIVE)
     return AgentSummary(
         agent_id=agent.agent_id,
         hostname=agent.info.hostname,
@@ -122,6 +128,7 @@ def _agent(st: MasterState, agent: Agent) -> AgentSummary:
         allocated=allocated,
         attributes=agent.info.attributes,
         draining=entry is not None and entry.draining,
+        tasks=live,
     )
 
 
@@ -144,7 +151,15 @@ def _framework(st: MasterState, fw: Framework, *, active: bool) -> FrameworkSumm
         share=share,
         offers=len(fw.offers) if active else 0,
         failovers=fw.failovers,
+        running=_count(st, fw.tasks, _RUNNING),
+        staging=_count(st, fw.tasks, _STAGING),
     )
+
+
+def _count(st: MasterState, keys: Iterable[TaskKey], states: frozenset[TaskState]) -> int:
+    """How many of the tasks ``keys`` names are in one of ``states``."""
+    tasks = st.tasks
+    return sum(1 for key in keys if (task := tasks.get(key)) is not None and task.state in states)
 
 
 def _task(task: Task) -> TaskSummary:

@@ -56,7 +56,8 @@ def select(st: MasterState, query: GetState) -> Selection:
                 )
         else:
             unreachable += 1
-        if needle and not _contains(needle, aid, agent.info.hostname, agent.status.value):
+        status = "DRAINING" if drained and agent.status is AgentStatus.ACTIVE else ""
+        if needle and not _contains(needle, aid, agent.info.hostname, agent.status.value, status):
             continue
         notable = agent.status is not AgentStatus.ACTIVE or drained
         ranked.append((0 if notable else 1, -share, aid))

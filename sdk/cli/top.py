@@ -7,6 +7,12 @@ every ``--interval`` seconds, diffs successive snapshots into events, and drives
 Keys (when stdin is a terminal, read in cbreak mode and restored on exit): ``q`` quits, ``tab``
 cycles the focused table, ``/`` starts a filter on it (Enter keeps it, Esc clears it). Ctrl-C
 quits too, with status 0. ``--once`` prints one frame to stdout and exits.
+
+On a big cluster (:func:`is_big`) a full GET_STATE costs the master and the console about a
+second a poll, so the console asks for a partial one instead (:func:`query_for`): as many agents
+and tasks as the screen shows (the master picks the agents to see and the tasks updated last,
+filtered as the focused table is) plus the whole cluster's counts and sums. The very first ask
+is partial too (the cluster's size is not known yet); a small cluster is then asked in full.
 """
 
 from __future__ import annotations
@@ -21,35 +27,77 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Final
 
 from agora.sdk.cli.common import (
     CliError,
     add_master_options,
     ask_master,
-    call_master,
     positive_float,
     resolve_curve,
     resolve_master,
 )
-from agora.sdk.cli.top_events import Event, diff_states
+from agora.sdk.cli.top_events import Event, all_agents, all_tasks, diff_states
 from agora.sdk.cli.top_render import (
     FOCUSABLE,
     MAX_EVENTS,
     History,
     View,
     render,
+    screen_rows,
     totals,
 )
-from agora.sdk.messages import StateReply
+from agora.sdk.messages import GetState, StateReply
 from agora.sdk.transport import CurveClient
 from rich.console import Console, RenderableType
 from rich.live import Live
 
-__all__ = ["TopState", "add_parser", "cmd_top", "handle_key"]
+__all__ = [
+    "BIG_AGENTS",
+    "BIG_TASKS",
+    "MAX_LIMIT",
+    "MIN_LIMIT",
+    "TopState",
+    "add_parser",
+    "cmd_top",
+    "handle_key",
+    "is_big",
+    "query_for",
+]
 
 #: The longest a live frame waits between refreshes, whatever --interval says (clock, keys).
 _MAX_REFRESH = 1.0
+#: A cluster with more agents or more tasks than these is asked for a partial state.
+BIG_AGENTS: Final = 500
+BIG_TASKS: Final = 2000
+#: The rows of each table a partial state asks for: what the screen shows, within these.
+MIN_LIMIT: Final = 20
+MAX_LIMIT: Final = 200
+#: The longest filter sent to the master (GetState's filters are short strings).
+_MAX_FILTER: Final = 64
+
+
+def is_big(reply: StateReply) -> bool:
+    """Whether the cluster behind ``reply`` is too big to fetch in full on every poll."""
+    agents = reply.agents_total if reply.partial else len(reply.agents)
+    tasks = reply.tasks_total if reply.partial else len(reply.tasks)
+    return agents > BIG_AGENTS or tasks > BIG_TASKS
+
+
+def query_for(reply: StateReply | None, size: tuple[int, int | None], view: View) -> GetState:
+    """The GET_STATE to send after ``reply`` (None: before the first) for a screen of ``size``
+    showing ``view``: in full for a small cluster, else limited to the rows the screen shows
+    (:data:`MIN_LIMIT` to :data:`MAX_LIMIT` of each) and filtered as the focused table is."""
+    if reply is not None and not is_big(reply):
+        return GetState()
+    rows = screen_rows(size)
+    needle = view.filter[:_MAX_FILTER]
+    return GetState(
+        agents_limit=min(MAX_LIMIT, max(MIN_LIMIT, rows.agents)),
+        tasks_limit=min(MAX_LIMIT, max(MIN_LIMIT, rows.tasks)),
+        agents_filter=needle if view.focus == "agents" else "",
+        tasks_filter=needle if view.focus == "tasks" else "",
+    )
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -78,12 +126,22 @@ class TopState:
     events: deque[Event] = field(default_factory=lambda: deque(maxlen=MAX_EVENTS))
     view: View = field(default_factory=View)
     quit: bool = False
+    #: The GET_STATE that ``state`` answers.
+    query: GetState = field(default_factory=GetState)
 
-    def update(self, reply: StateReply, now: float) -> None:
-        self.events.extend(diff_states(self.state, reply, now))
+    def update(self, reply: StateReply, now: float, query: GetState | None = None) -> None:
+        """Take ``reply`` (the answer to ``query``; None: a full GET_STATE)."""
+        query = query or GetState()
+        moved = query != self.query
+        self.events.extend(diff_states(self.state, reply, now, window_moved=moved))
         self.history.add(totals(reply))
         self.state = reply
+        self.query = query
         self.view = replace(self.view, error="")
+
+    def next_query(self, size: tuple[int, int | None]) -> GetState:
+        """What to ask the master next for a screen of ``size`` (see :func:`query_for`)."""
+        return query_for(self.state, size, self.view)
 
 
 def handle_key(top: TopState, key: str) -> None:
@@ -115,10 +173,10 @@ def cmd_top(args: argparse.Namespace) -> int:
     curve = resolve_curve(args)
     timeout: float = args.timeout
     if args.once:
-        reply = call_master(master, timeout, lambda c: c.get_state(timeout=timeout), curve)
-        top = TopState()
-        top.update(reply, time.time())
         console = Console() if sys.stdout.isatty() else Console(width=160)
+        top = TopState()
+        reply, query = asyncio.run(_first(top, master, curve, timeout, (console.width, None)))
+        top.update(reply, time.time(), query)
         console.print(render(reply, top.history, top.events, (console.width, None)))
         return 0
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C quits, as q does
@@ -128,9 +186,10 @@ def cmd_top(args: argparse.Namespace) -> int:
 
 async def _live(master: str, curve: CurveClient | None, timeout: float, interval: float) -> None:
     top = TopState()
-    # The first answer decides whether there is a console at all: no master, one line, exit 1.
-    top.update(await _fetch(master, curve, timeout), time.time())
     console = Console()
+    # The first answer decides whether there is a console at all: no master, one line, exit 1.
+    reply, query = await _first(top, master, curve, timeout, _size(console))
+    top.update(reply, time.time(), query)
     wake = asyncio.Event()
     loop = asyncio.get_running_loop()
 
@@ -165,12 +224,14 @@ async def _show(
         ) as live,
     ):
         poll: asyncio.Task[StateReply] | None = None
+        asked = top.query
         next_poll = time.monotonic() + interval
         try:
             while not top.quit:
                 live.update(_frame(top, console), refresh=True)
                 if poll is None and time.monotonic() >= next_poll:
-                    poll = asyncio.create_task(_fetch(master, curve, timeout))
+                    asked = top.next_query(_size(console))
+                    poll = asyncio.create_task(_fetch(master, curve, timeout, asked))
                 wait = _MAX_REFRESH
                 if poll is None:
                     wait = min(wait, max(0.0, next_poll - time.monotonic()))
@@ -183,7 +244,7 @@ async def _show(
                 wake.clear()
                 if poll is not None and poll.done():
                     try:
-                        top.update(poll.result(), time.time())
+                        top.update(poll.result(), time.time(), asked)
                     except CliError as exc:
                         top.view = replace(top.view, error=str(exc))
                     poll = None
@@ -195,14 +256,38 @@ async def _show(
                     await poll
 
 
+def _size(console: Console) -> tuple[int, int | None]:
+    return (console.width, console.height if console.is_terminal else None)
+
+
 def _frame(top: TopState, console: Console) -> RenderableType:
     assert top.state is not None
-    height = console.height if console.is_terminal else None
-    return render(top.state, top.history, top.events, (console.width, height), view=top.view)
+    return render(top.state, top.history, top.events, _size(console), view=top.view)
 
 
-async def _fetch(master: str, curve: CurveClient | None, timeout: float) -> StateReply:
-    return await ask_master(master, timeout, lambda c: c.get_state(timeout=timeout), curve)
+async def _first(
+    top: TopState,
+    master: str,
+    curve: CurveClient | None,
+    timeout: float,
+    size: tuple[int, int | None],
+) -> tuple[StateReply, GetState]:
+    """The first reply and the query it answers: a partial state sized for the screen, then,
+    when that shows a small cluster it did not hold in full, the full state."""
+    query = top.next_query(size)
+    reply = await _fetch(master, curve, timeout, query)
+    if not is_big(reply) and not (all_agents(reply) and all_tasks(reply)):
+        query = GetState()
+        reply = await _fetch(master, curve, timeout, query)
+    return reply, query
+
+
+async def _fetch(
+    master: str, curve: CurveClient | None, timeout: float, query: GetState
+) -> StateReply:
+    return await ask_master(
+        master, timeout, lambda c: c.get_state(timeout=timeout, query=query), curve
+    )
 
 
 @contextlib.contextmanager

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from agora.sdk.cli.show import agent_status
-from agora.sdk.cli.top_events import Event
+from agora.sdk.cli.top_events import Event, all_agents, all_tasks
 from agora.sdk.messages import (
     AgentSummary,
     FrameworkSummary,
@@ -33,13 +33,16 @@ from rich.text import Text
 __all__ = [
     "FOCUSABLE",
     "HISTORY",
+    "MAX_ROWS",
     "RESOURCES",
     "History",
+    "Rows",
     "Totals",
     "View",
     "bar",
     "duration",
     "render",
+    "screen_rows",
     "sparkline",
     "totals",
 ]
@@ -50,9 +53,11 @@ RESOURCES: Final = ("cpus", "mem", "disk", "gpus")
 HISTORY: Final = 60
 #: Tables that ``tab`` cycles through (the focused one is the one ``/`` filters).
 FOCUSABLE: Final = ("agents", "frameworks", "tasks")
-#: Row caps when the screen is tall enough (or has no height, as with ``--once``).
+#: Rows of a frame with no height (``--once``).
 MAX_AGENT_ROWS: Final = 20
 MAX_TASK_ROWS: Final = 15
+#: The most rows of one table, however tall the screen.
+MAX_ROWS: Final = 200
 MAX_EVENTS: Final = 200
 
 _SPARKS: Final = " ▁▂▃▄▅▆▇█"
@@ -116,9 +121,26 @@ class View:
     error: str = ""  # the last failed poll, if the latest one failed
 
 
+@dataclass(frozen=True, slots=True)
+class Rows:
+    """How many rows each table of a frame gets."""
+
+    agents: int
+    frameworks: int
+    tasks: int
+    events: int
+
+
 def totals(state: StateReply) -> Totals:
+    """The cluster's resources: the master's sums for a partial reply, else the agents' rows."""
     total: dict[str, float] = dict.fromkeys(RESOURCES, 0.0)
     alloc: dict[str, float] = dict.fromkeys(RESOURCES, 0.0)
+    if state.partial:
+        for sums, into in ((state.resources_total, total), (state.resources_allocated, alloc)):
+            for name, milli in sums.scalar_totals_milli().items():
+                if name in into:
+                    into[name] = milli / 1000
+        return Totals(total, alloc)
     for agent in state.agents:
         for name, milli in agent.resources.scalar_totals_milli().items():
             if name in total:
@@ -183,6 +205,8 @@ def _matches(needle: str, *fields: str) -> bool:
 
 
 def _title(name: str, shown: int, total: int, view: View) -> str:
+    """``Agents (20 of 10000)``: the rows shown and how many there are (of a partial reply:
+    in the whole cluster)."""
     mark = "▶ " if view.focus == name else ""
     label = name.capitalize()
     count = f"{shown} of {total}" if shown < total else str(total)
@@ -201,13 +225,12 @@ def _header(state: StateReply, now: float, view: View) -> Group:
     """Two lines: the cluster and its counts (and a failed poll, a filter being typed); then
     who leads, since when, and the standbys."""
     info = state.master_info
-    live = sum(1 for t in state.tasks if t.state in _ACTIVE_TASK or t.state in _PENDING_TASK)
     first = Text.assemble(
         ("agora top", "bold"),
         "  ",
         (state.cluster or "agora", "bold cyan"),
-        f"  {_clock(now)}  │ agents {len(state.agents)}  frameworks {len(state.frameworks)}",
-        f"  tasks {len(state.tasks)} ({live} live)",
+        f"  {_clock(now)}  │ agents {_agent_count(state)}  frameworks {len(state.frameworks)}",
+        f"  tasks {_task_count(state)}",
         no_wrap=True,
         overflow="ellipsis",
     )
@@ -228,6 +251,28 @@ def _header(state: StateReply, now: float, view: View) -> Group:
         second.append("  │ ")
         second.append_text(_standbys(state.masters))
     return Group(first, second)
+
+
+def _agent_count(state: StateReply) -> str:
+    """``12`` of a full reply; ``10000 (showing 20, 3 unreachable, 1 draining)`` of a partial
+    one (the counts of the whole cluster, from the master)."""
+    if all_agents(state):
+        return str(len(state.agents))
+    notes = [f"showing {len(state.agents)}"]
+    if state.agents_unreachable:
+        notes.append(f"{state.agents_unreachable} unreachable")
+    if state.agents_draining:
+        notes.append(f"{state.agents_draining} draining")
+    return f"{state.agents_total} ({', '.join(notes)})"
+
+
+def _task_count(state: StateReply) -> str:
+    """``5 (2 live)`` of a full reply; ``20000 (showing 20)`` of a partial one (the rows are the
+    tasks updated last, so how many are live is not known)."""
+    if not all_tasks(state):
+        return f"{state.tasks_total} (showing {len(state.tasks)})"
+    live = sum(1 for t in state.tasks if t.state in _ACTIVE_TASK or t.state in _PENDING_TASK)
+    return f"{len(state.tasks)} ({live} live)"
 
 
 def _standbys(masters: Sequence[MasterMember]) -> Text:
@@ -258,6 +303,12 @@ def _utilization(sums: Totals, history: History, width: int) -> Panel:
     return Panel(grid, title="Utilization (allocated / total)", title_align="left", expand=True)
 
 
+def _agent_rank(a: AgentSummary) -> tuple[bool, float]:
+    """Agents an operator must see (not ACTIVE, or drained) first, then the busiest: the
+    master's order for a partial reply."""
+    return (a.status != "ACTIVE" or a.draining, _agent_share(a))
+
+
 def _agent_share(a: AgentSummary) -> float:
     best = 0.0
     for name in ("cpus", "mem"):
@@ -268,6 +319,7 @@ def _agent_share(a: AgentSummary) -> float:
 
 
 def _agents(state: StateReply, rows: int, view: View, task_counts: Mapping[str, int]) -> Table:
+    """The agents table; ``task_counts``: live tasks by agent id."""
     needle = view.filter.lower() if view.focus == "agents" else ""
     agents: Iterable[AgentSummary] = state.agents
     if needle:
@@ -275,9 +327,10 @@ def _agents(state: StateReply, rows: int, view: View, task_counts: Mapping[str, 
             a for a in state.agents if _matches(needle, a.hostname, agent_status(a), a.agent_id)
         ]
     matching = agents if isinstance(agents, list | tuple) else list(agents)
-    top = heapq.nlargest(rows, matching, key=_agent_share)
+    top = heapq.nlargest(rows, matching, key=_agent_rank)
+    total = len(matching) if all_agents(state) else state.agents_total
     table = Table(
-        title=_title("agents", len(top), len(matching), view),
+        title=_title("agents", len(top), total, view),
         title_justify="left",
         expand=True,
         border_style=_border("agents", view),
@@ -312,11 +365,15 @@ def _frameworks(state: StateReply, rows: int, view: View) -> Table:
     needle = view.filter.lower() if view.focus == "frameworks" else ""
     running: dict[str, int] = {}
     staging: dict[str, int] = {}
-    for t in state.tasks:
-        if t.state in _ACTIVE_TASK:
-            running[t.framework_id] = running.get(t.framework_id, 0) + 1
-        elif t.state in _PENDING_TASK:
-            staging[t.framework_id] = staging.get(t.framework_id, 0) + 1
+    if all_tasks(state):
+        for t in state.tasks:
+            if t.state in _ACTIVE_TASK:
+                running[t.framework_id] = running.get(t.framework_id, 0) + 1
+            elif t.state in _PENDING_TASK:
+                staging[t.framework_id] = staging.get(t.framework_id, 0) + 1
+    else:  # the rows are the tasks updated last: the master's counts
+        running = {f.framework_id: f.running for f in state.frameworks}
+        staging = {f.framework_id: f.staging for f in state.frameworks}
     matching = [
         f
         for f in state.frameworks
@@ -362,11 +419,14 @@ def _tasks(state: StateReply, rows: int, view: View, hosts: Mapping[str, str]) -
         matching = [
             t
             for t in state.tasks
-            if _matches(needle, t.task_id, t.name, t.state.name, hosts.get(t.agent_id, ""))
+            if _matches(
+                needle, t.task_id, t.name, t.state.name, hosts.get(t.agent_id, ""), t.agent_id
+            )
         ]
     latest = heapq.nlargest(rows, matching, key=lambda t: t.timestamp)
+    total = len(matching) if all_tasks(state) else state.tasks_total
     table = Table(
-        title=_title("tasks", len(latest), len(matching), view),
+        title=_title("tasks", len(latest), total, view),
         title_justify="left",
         expand=True,
         border_style=_border("tasks", view),
@@ -415,6 +475,27 @@ _FIXED_WIDE: Final = 8 + 2 * 5
 _FIXED_NARROW: Final = 8 + 4 * 5
 
 
+def screen_rows(size: tuple[int, int | None]) -> Rows:
+    """The rows each table gets on a screen of ``size`` = (width, height): what the height
+    leaves room for (at most :data:`MAX_ROWS` each); with no height (``--once``),
+    :data:`MAX_AGENT_ROWS` and :data:`MAX_TASK_ROWS`."""
+    width, height = size
+    if height is None:
+        return Rows(MAX_AGENT_ROWS, MAX_AGENT_ROWS, MAX_TASK_ROWS, MAX_TASK_ROWS)
+    if width >= _WIDE:
+        room = max(2, height - _FIXED_WIDE)
+        agents = max(1, min(MAX_ROWS, room // 2))
+        tasks = max(1, min(MAX_ROWS, room - agents))
+        return Rows(agents, agents, tasks, tasks)
+    room = max(4, height - _FIXED_NARROW)
+    agents = max(1, min(MAX_ROWS, room * 2 // 5))
+    frameworks = max(1, min(MAX_ROWS, room // 5))
+    tasks = max(1, min(MAX_ROWS, room // 5))
+    return Rows(
+        agents, frameworks, tasks, max(1, min(MAX_ROWS, room - agents - frameworks - tasks))
+    )
+
+
 def render(
     state: StateReply,
     history: History,
@@ -427,37 +508,26 @@ def render(
     """One frame for a screen of ``size`` = (width, height); height None = no limit (``--once``).
 
     Wide screens get the tables two by two (agents | frameworks, tasks | events), narrow ones
-    stacked; the row counts shrink to what the height leaves room for."""
-    width, height = size
+    stacked; the row counts follow the height (:func:`screen_rows`). A partial reply (a big
+    cluster's top rows) shows the master's counts and sums of the whole cluster."""
+    width, _height = size
     view = view or View()
     now = time.time() if now is None else now
     wide = width >= _WIDE
-    agent_rows, fw_rows, task_rows, event_rows = (
-        MAX_AGENT_ROWS,
-        MAX_AGENT_ROWS,
-        MAX_TASK_ROWS,
-        MAX_TASK_ROWS,
-    )
-    if height is not None and wide:
-        room = max(2, height - _FIXED_WIDE)
-        agent_rows = fw_rows = max(1, min(MAX_AGENT_ROWS, room // 2))
-        task_rows = event_rows = max(1, min(MAX_TASK_ROWS, room - agent_rows))
-    elif height is not None:
-        room = max(4, height - _FIXED_NARROW)
-        agent_rows = max(1, min(MAX_AGENT_ROWS, room * 2 // 5))
-        fw_rows = max(1, min(MAX_AGENT_ROWS, room // 5))
-        task_rows = max(1, min(MAX_TASK_ROWS, room // 5))
-        event_rows = max(1, room - agent_rows - fw_rows - task_rows)
+    rows = screen_rows(size)
     hosts: dict[str, str] = {a.agent_id: a.hostname for a in state.agents}
     task_counts: dict[str, int] = {}
-    for t in state.tasks:
-        if t.state in _ACTIVE_TASK or t.state in _PENDING_TASK:
-            task_counts[t.agent_id] = task_counts.get(t.agent_id, 0) + 1
+    if all_tasks(state):
+        for t in state.tasks:
+            if t.state in _ACTIVE_TASK or t.state in _PENDING_TASK:
+                task_counts[t.agent_id] = task_counts.get(t.agent_id, 0) + 1
+    else:  # the rows are the tasks updated last: the master's counts
+        task_counts = {a.agent_id: a.tasks for a in state.agents}
     sums = totals(state)
-    agents = _agents(state, agent_rows, view, task_counts)
-    frameworks = _frameworks(state, fw_rows, view)
-    tasks = _tasks(state, task_rows, view, hosts)
-    feed = _events(events, event_rows)
+    agents = _agents(state, rows.agents, view, task_counts)
+    frameworks = _frameworks(state, rows.frameworks, view)
+    tasks = _tasks(state, rows.tasks, view, hosts)
+    feed = _events(events, rows.events)
     head = (_header(state, now, view), _utilization(sums, history, width))
     if not wide:
         return Group(*head, agents, frameworks, tasks, feed)

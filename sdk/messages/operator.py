@@ -55,6 +55,8 @@ class AgentSummary(Record):
     attributes: Mapping[str, str] = field(default_factory=dict)
     #: An operator drained it: no new offers; its tasks run on until they end.
     draining: bool = False
+    #: Its live tasks (staging, starting, running, killing).
+    tasks: Annotated[int, Range(0, 1_000_000_000)] = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,6 +75,9 @@ class FrameworkSummary(Record):
     offers: Annotated[int, Range(0, 1_000_000_000)] = 0
     #: Times a new scheduler connection took it over (re-subscribed) under this leader.
     failovers: Annotated[int, Range(0, 1_000_000_000)] = 0
+    #: Its tasks running (or being killed), and staging (or starting).
+    running: Annotated[int, Range(0, 1_000_000_000)] = 0
+    staging: Annotated[int, Range(0, 1_000_000_000)] = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

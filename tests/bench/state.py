@@ -14,7 +14,12 @@ warm-up) the bench times, in milliseconds:
 * ``http_summary``: ``GET /state/summary``; ``http_metrics``: ``GET /metrics``;
 * ``snapshot``: ``agora.master.core.operator.snapshot(core.state)``, ``pack``: that StateReply
   encoded with the SDK codec, ``snapshot_and_pack`` both (what ``agora state``/``agora top`` ask
-  for over ZeroMQ), and ``unpack``: the client's ``codec.decode`` of that frame.
+  for over ZeroMQ), and ``unpack``: the client's ``codec.decode`` of that frame;
+* ``console``: what ``agora top`` asks a big cluster for on each poll, a partial state
+  (``GetState(agents_limit=40, tasks_limit=40)``: the agents to see and the busiest, the tasks
+  updated last, the whole cluster's counts and sums): ``snapshot_and_pack`` (the core's
+  ``snapshot`` with that query and the codec's encode), ``unpack`` (the client's decode) and the
+  frame's ``bytes``.
 
 Each as min/p50/p95/max; body and frame sizes in bytes. The issue's target: /state <= 200 ms at
 10,000 agents. What the accepts leave of each agent is offered again to another framework, so
@@ -52,6 +57,7 @@ from agora.sdk.messages import (
     CommandInfo,
     Filters,
     FrameworkInfo,
+    GetState,
     Launch,
     Offer,
     Offers,
@@ -70,6 +76,8 @@ AGENT = Resources.parse("cpus:16;mem:65536")
 TASK = Resources.parse("cpus:1;mem:1024")
 TASKS_PER_AGENT = 16  # how many TASKs fit on one AGENT
 TARGET_MS = 200.0
+#: The partial state ``agora top`` asks a big cluster for (a tall screen's rows).
+CONSOLE_QUERY = GetState(agents_limit=40, tasks_limit=40)
 
 
 def percentiles(samples: Iterable[float]) -> dict[str, float]:
@@ -228,6 +236,11 @@ def main(argv: list[str] | None = None) -> None:
 
     reply = snapshot(core.state)
     frame = codec.encode(reply, epoch=core.epoch)
+
+    def console_snap_and_pack() -> bytes:
+        return codec.encode(snapshot(core.state, CONSOLE_QUERY), epoch=core.epoch)
+
+    console_frame = console_snap_and_pack()
     out = {
         "agents": args.agents,
         "frameworks": args.frameworks,
@@ -246,6 +259,15 @@ def main(argv: list[str] | None = None) -> None:
             "frame_limit_bytes": MAX_FRAME_BYTES,
         },
         "unpack": percentiles(timed(lambda: codec.decode(frame), args.runs)),
+        "console": {
+            "query": {
+                "agents_limit": CONSOLE_QUERY.agents_limit,
+                "tasks_limit": CONSOLE_QUERY.tasks_limit,
+            },
+            "snapshot_and_pack": percentiles(timed(console_snap_and_pack, args.runs)),
+            "unpack": percentiles(timed(lambda: codec.decode(console_frame), args.runs)),
+            "bytes": len(console_frame),
+        },
         "outstanding_offers": len(core.state.offers),
         "build_s": round(build_s, 2),
         "python": sys.version.split()[0],

@@ -7,7 +7,15 @@ import io
 import time
 
 from agora.sdk.cli.main import build_parser
-from agora.sdk.cli.top import TopState, handle_key
+from agora.sdk.cli.top import (
+    BIG_AGENTS,
+    MAX_LIMIT,
+    MIN_LIMIT,
+    TopState,
+    handle_key,
+    is_big,
+    query_for,
+)
 from agora.sdk.cli.top_events import diff_states
 from agora.sdk.cli.top_render import (
     History,
@@ -15,6 +23,7 @@ from agora.sdk.cli.top_render import (
     bar,
     duration,
     render,
+    screen_rows,
     sparkline,
     totals,
 )
@@ -22,6 +31,7 @@ from agora.sdk.ids import AgentID, FrameworkID, TaskID
 from agora.sdk.messages import (
     AgentSummary,
     FrameworkSummary,
+    GetState,
     MasterInfo,
     MasterMember,
     Reason,
@@ -319,3 +329,144 @@ def test_a_frame_of_10000_agents_renders_fast() -> None:
     print(f"10,000 agents / 20,000 tasks: diff + one frame in {elapsed * 1000:.0f} ms")
     assert "of 10000" in out
     assert elapsed < 2.0
+
+
+# ---------------------------------------------------------------- partial replies (big clusters)
+
+
+def _partial(**kw: object) -> StateReply:
+    """A window of a cluster of 1000 agents (3 unreachable, 1 draining) and 5000 tasks."""
+    fields: dict[str, object] = {
+        "partial": True,
+        "agents_total": 1000,
+        "tasks_total": 5000,
+        "agents_unreachable": 3,
+        "agents_draining": 1,
+        "resources_total": Resources.parse("cpus:4000;mem:4096000;disk:1000000"),
+        "resources_allocated": Resources.parse("cpus:1000;mem:2048000"),
+        **kw,
+    }
+    return dataclasses.replace(_state(), **fields)  # type: ignore[arg-type]
+
+
+def test_a_partial_reply_shows_the_whole_clusters_counts_and_sums() -> None:
+    state = _partial()
+    sums = totals(state)
+    assert (sums.share("cpus"), sums.share("mem"), sums.share("disk")) == (0.25, 0.5, 0.0)
+    history = History()
+    history.add(sums)
+    out = _text(render(state, history, [], (160, None), now=NOW))
+    assert "1000/4000 (25%)" in out and "2048000/4096000 (50%)" in out
+    assert "0/1000000 (0%)" in out
+    assert "4/8 (50%)" not in out  # not the sum of the two rows shown
+    assert "agents 1000 (showing 2, 3 unreachable, 1 draining)" in out
+    assert "tasks 5000 (showing 5)" in out and "live)" not in out
+    assert "Agents (2 of 1000)" in out and "Tasks (5 of 5000)" in out
+    # per-framework and per-agent task counts come from the master, not the rows shown
+    spark = next(f for f in state.frameworks if f.name == "spark")
+    counted = dataclasses.replace(
+        state,
+        frameworks=tuple(
+            dataclasses.replace(f, running=417, staging=23) if f is spark else f
+            for f in state.frameworks
+        ),
+        agents=tuple(dataclasses.replace(a, tasks=311 + i) for i, a in enumerate(state.agents)),
+    )
+    out = _text(render(counted, history, [], (160, None), now=NOW))
+    spark_row = next(line for line in out.splitlines() if "spark" in line)
+    assert "417" in spark_row and "23" in spark_row
+    assert "311" in out and "312" in out
+    assert history.of("cpus") == (0.25,)
+
+
+def test_a_partial_reply_that_holds_everything_reads_as_a_full_one() -> None:
+    state = _partial(agents_total=2, tasks_total=5, agents_unreachable=0, agents_draining=0)
+    out = _text(render(state, History(), [], (160, None), now=NOW))
+    assert "agents 2 " in out and "tasks 5 (2 live)" in out and "showing" not in out
+
+
+def test_the_agents_to_see_are_listed_before_the_busiest() -> None:
+    busy = tuple(_agent(n, alloc="cpus:4") for n in range(1, 30))
+    lost = _agent(99, status="UNREACHABLE")
+    state = dataclasses.replace(_state(), agents=(*busy, lost))
+    out = _text(render(state, History(), [], (160, 24), now=NOW))
+    assert "host-99" in out
+
+
+def test_small_clusters_are_asked_in_full_and_big_ones_for_the_rows_on_screen() -> None:
+    view = View()
+    assert query_for(_state(), (200, 60), view) == GetState()
+    big = _partial(agents_total=BIG_AGENTS + 1)
+    assert is_big(big) and is_big(_partial(agents_total=10, tasks_total=2001))
+    assert not is_big(_partial(agents_total=BIG_AGENTS, tasks_total=2000))
+    rows = screen_rows((200, 100))
+    query = query_for(big, (200, 100), view)
+    assert (query.agents_limit, query.tasks_limit) == (rows.agents, rows.tasks)
+    assert rows.agents > MIN_LIMIT and rows.tasks > MIN_LIMIT  # a tall screen asks for more
+    assert (query.agents_filter, query.tasks_filter) == ("", "")
+    short = query_for(big, (200, 24), view)
+    assert (short.agents_limit, short.tasks_limit) == (MIN_LIMIT, MIN_LIMIT)
+    huge = query_for(big, (200, 2000), view)
+    assert (huge.agents_limit, huge.tasks_limit) == (MAX_LIMIT, MAX_LIMIT)
+    once = query_for(big, (160, None), view)  # --once: sized for the printed frame
+    assert (once.agents_limit, once.tasks_limit) == (20, 20)
+    # before any reply the size is unknown: ask for a window first
+    assert query_for(None, (200, 24), view) == short
+
+
+def test_a_big_clusters_query_filters_the_focused_table() -> None:
+    big = _partial(agents_total=5000)
+    tasks = query_for(big, (200, 60), View(focus="tasks", filter="FAIL"))
+    assert (tasks.agents_filter, tasks.tasks_filter) == ("", "FAIL")
+    agents = query_for(big, (200, 60), View(focus="agents", filter="rack-7"))
+    assert (agents.agents_filter, agents.tasks_filter) == ("rack-7", "")
+    frameworks = query_for(big, (200, 60), View(focus="frameworks", filter="spark"))
+    assert (frameworks.agents_filter, frameworks.tasks_filter) == ("", "")
+    long = query_for(big, (200, 60), View(focus="tasks", filter="x" * 1000))
+    assert 0 < len(long.tasks_filter) <= 255  # GetState's filters are short strings
+
+
+def test_a_10000_agent_cluster_gets_a_limited_query() -> None:
+    agents = tuple(_agent(n) for n in range(10_000))
+    top = TopState()
+    top.update(dataclasses.replace(_state(), agents=agents), NOW)
+    query = top.next_query((200, 60))
+    assert query.agents_limit is not None and query.agents_limit <= MAX_LIMIT
+    assert query.tasks_limit is not None and query.tasks_limit <= MAX_LIMIT
+    small = TopState()
+    small.update(_state(), NOW)
+    assert small.next_query((200, 60)) == GetState()
+
+
+def test_diff_of_partial_replies_invents_no_registered_or_removed_agents() -> None:
+    before = _partial(agents=(_agent(1), _agent(2)))
+    after = _partial(
+        agents=(_agent(1), _agent(3), _agent(4, status="UNREACHABLE")),
+        tasks=(*before.tasks, _task("t-new-fail", TaskState.FAILED, NOW, exit_code=1)),
+    )
+    texts = [e.text for e in diff_states(before, after, NOW)]
+    assert texts == ["agent host-4 became UNREACHABLE", "task t-new-fail FAILED: exit 1"]
+    assert diff_states(after, after, NOW) == []  # once
+    # a full reply after a partial one (the cluster shrank): still no made-up news
+    full = dataclasses.replace(_state(), agents=(_agent(1), _agent(5)))
+    assert [e.text for e in diff_states(after, full, NOW)] == []
+    # frameworks are always all there: their events stay
+    gone = _partial(frameworks=after.frameworks[:1])
+    assert "framework batchy removed" in [e.text for e in diff_states(after, gone, NOW)]
+
+
+def test_rows_that_enter_a_moved_window_are_not_news() -> None:
+    top = TopState()
+    before = _partial(agents=(_agent(1),))
+    top.update(before, NOW, GetState(agents_limit=20, tasks_limit=20))
+    failed = _task("t-old-fail", TaskState.FAILED, NOW - 3600, exit_code=1)
+    moved = _partial(agents=(_agent(4, status="UNREACHABLE"),), tasks=(failed,))
+    top.update(moved, NOW + 1, GetState(agents_limit=20, tasks_limit=20, tasks_filter="fail"))
+    assert list(top.events) == []
+    # the same window next poll: a drain and a task's end are news again
+    later = _partial(
+        agents=(dataclasses.replace(_agent(4, status="UNREACHABLE"), draining=True),),
+        tasks=(failed, _task("t-done", TaskState.FINISHED, NOW + 2)),
+    )
+    top.update(later, NOW + 2, GetState(agents_limit=20, tasks_limit=20, tasks_filter="fail"))
+    assert [e.text for e in top.events] == ["agent host-4 drained", "task t-done finished"]
