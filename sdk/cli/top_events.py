@@ -1,6 +1,6 @@
 """``agora top``'s event feed: what changed between two successive :class:`StateReply` snapshots
-that an operator should notice (agents lost, drained or back, frameworks gone or reconnected, a
-new leader, tasks that failed and why).
+that an operator should notice (agents lost, drained or back, frameworks gone, failed over or
+reconnected, a new leader, tasks that failed and why).
 
 A big cluster's replies are partial: a window of rows (the agents an operator must see, then the
 busiest; the tasks updated last) with the whole cluster's counts. Then a row that enters or leaves
@@ -134,6 +134,8 @@ def _frameworks(prev: StateReply, cur: StateReply, now: float) -> list[Event]:
             out.append(Event(now, f"framework {f.name} removed", "red"))
         elif old.connected and not f.connected:
             out.append(Event(now, f"framework {f.name} disconnected", "yellow"))
+        elif f.failovers > old.failovers:  # a new scheduler took over, maybe between polls
+            out.append(Event(now, f"framework {f.name} failed over", "yellow"))
         elif not old.connected and f.connected:
             out.append(Event(now, f"framework {f.name} reconnected", "green"))
     for fid, f in before.items():

@@ -251,6 +251,17 @@ def test_diff_reports_lost_agents_frameworks_and_task_outcomes() -> None:
     assert diff_states(after, after, NOW) == []
 
 
+def test_diff_reports_a_framework_that_failed_over_between_two_polls() -> None:
+    before = _state()
+    spark = before.frameworks[0]
+    after = dataclasses.replace(
+        before, frameworks=(dataclasses.replace(spark, failovers=1), *before.frameworks[1:])
+    )
+    assert [e.text for e in diff_states(before, after, NOW)] == [
+        f"framework {spark.name} failed over"
+    ]
+
+
 def test_diff_reports_drain_reactivation_and_a_new_leader() -> None:
     before = _state()
     drained = dataclasses.replace(
