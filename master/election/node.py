@@ -150,8 +150,8 @@ class ElectionNode:
         self.error: BaseException | None = None
         #: This master's operator HTTP API, sent to followers with every append ("": none).
         self.http_url = ""
-        #: The newest leader heard from, and its HTTP API as it said.
-        self._leader_http: tuple[str, str] = ("", "")
+        #: Each other master's HTTP API, as it said in its latest append ("": none).
+        self._http_of: dict[str, str] = {}
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -274,7 +274,7 @@ class ElectionNode:
             return
         self._heard[message.sender] = self._clock()
         if isinstance(message, AppendEntries):
-            self._leader_http = (message.sender, message.leader_http)
+            self._http_of[message.sender] = message.leader_http
         if len(self._inbox) >= MAX_INBOX:
             self._dropped += 1
             if self._dropped % 1000 == 1:
@@ -385,8 +385,7 @@ class ElectionNode:
             return None
         if leader == self.config.node_id:
             return self.http_url or None
-        sender, url = self._leader_http
-        return (url or None) if sender == leader else None
+        return self._http_of.get(leader) or None
 
     def _send(self, member: str, message: Message) -> None:
         peer = self._peers.get(member)

@@ -27,7 +27,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from agora.master.allocator import Allocator, AllocatorError
 from agora.master.core import MasterConfig
@@ -161,6 +161,11 @@ def parse_roles(text: str) -> frozenset[str]:
     return frozenset(_role(item) for item in _items(text))
 
 
+#: Role weights allowed (the range operator calls and the state's roles carry on the wire).
+MIN_WEIGHT: Final = 0.0001
+MAX_WEIGHT: Final = 1_000_000.0
+
+
 def parse_weights(text: str) -> dict[str, float]:
     """``"batch=2,mpi=1"`` (or a TOML table ``{batch = 2}``) -> ``{"batch": 2.0, "mpi": 1.0}``."""
     out: dict[str, float] = {}
@@ -173,8 +178,10 @@ def parse_weights(text: str) -> dict[str, float]:
             w = float(weight)
         except ValueError:
             raise ValueError(f"weight of {name!r} is not a number: {weight!r}") from None
-        if not (math.isfinite(w) and w > 0):
-            raise ValueError(f"weight of {name!r} must be finite and > 0, got {weight!r}")
+        if not (math.isfinite(w) and MIN_WEIGHT <= w <= MAX_WEIGHT):
+            raise ValueError(
+                f"weight of {name!r} must be from {MIN_WEIGHT:g} to {MAX_WEIGHT:g}, got {weight!r}"
+            )
         if name in out:
             raise ValueError(f"role {name!r} has two weights")
         out[name] = w

@@ -157,10 +157,21 @@ class MasterDaemon:
         info = self._leadership.leader_info()
         return {
             "leader": info.leader,
-            "leader_http": self._leadership.node.leader_http(),
+            # (None while this master has won but not yet activated: it is not serving yet)
+            "leader_http": None if info.leader is None else self._leadership.node.leader_http(),
             "epoch": info.epoch,
             "masters": list(info.masters),
         }
+
+    async def _handle_local(self, received: Received, answer: asyncio.Future[Message]) -> None:
+        # Checked again as the task starts: the lead or the lease may have gone meanwhile, and
+        # nothing may be acted on then (the socket path holds such messages instead).
+        if self._acting_core() is None or self._held:
+            if not answer.done() and received.peer in self._local:  # (its caller still waits)
+                answer.set_exception(NotActing("this master is not acting as the leader now"))
+            return
+        assert received.message is not None
+        await self._handle(received, received.message)
 
     def members(self) -> tuple[MasterMember, ...]:
         """The election group as this master sees it (empty without one)."""
@@ -180,7 +191,7 @@ class MasterDaemon:
         # Handled to the end even if the caller gives up (timeout, client gone): a call cut off
         # half-way through sending its actions would leave the core's word half-spoken.
         handled = asyncio.get_running_loop().create_task(
-            self._handle(Received(peer, message, 0, None, principal), message),
+            self._handle_local(Received(peer, message, 0, None, principal), answer),
             name="master-operator-call",
         )
         self._background.add(handled)

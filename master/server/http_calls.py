@@ -8,9 +8,13 @@ daemon exactly as one over ZeroMQ (same ACL, same core, answered once in effect)
 - ``POST /frameworks/{id}/teardown``
 - ``POST /tasks/{id}/kill`` (``?framework_id=`` when several frameworks use the id)
 
-Answers: 200 ``{"ok": true, "call": ..., "message": ...}``; else ``{"error": ..., "code": ...}``
-with 400 (bad input), 401 (no or wrong token), 403 (the ACL says no), 404 (unknown id), 503 (not
-the leader now) or 504 (no answer in time: the call may still take effect).
+Answers: 200 ``{"ok": true, "call": ..., "message": ...}``; else ``{"error": ...}`` (with the
+master's ``"code"`` when its core refused) and 400 (bad input), 401 (no or wrong token), 403 (the
+ACL says no, or a web page's request), 404 (unknown id), 409 (removed), 413 (body too large), 503
+(not the leader now) or 504 (no answer in time: the call may still take effect).
+
+A request with an ``Origin`` header is refused: browsers send one with every cross-site POST,
+command-line tools do not, so a web page cannot make calls with the operator's network access.
 
 Authentication: with ``--http-credentials FILE`` (TOML, ``principal = "token"`` lines) every call
 needs ``Authorization: Bearer TOKEN`` and is made as that token's principal, which the ACL then
@@ -119,6 +123,10 @@ def add_routes(
 
     def route(build: Callable[[web.Request, Any], Message]) -> Any:
         async def handler(request: web.Request) -> web.StreamResponse:
+            if "Origin" in request.headers:
+                # Browsers send it with every cross-site POST, tools do not: a web page the
+                # operator happens to open must not drain or tear down anything (CSRF).
+                return _error(403, "operator calls are not taken from web pages (Origin set)")
             elsewhere = standby(request)
             if elsewhere is not None:
                 return elsewhere
@@ -186,16 +194,15 @@ _CHALLENGE: Final = {"WWW-Authenticate": 'Bearer realm="agora"'}
 
 
 async def _body(request: web.Request) -> Any:
-    if request.content_length is not None and request.content_length > MAX_BODY:
-        raise _Refused(413, f"request body over {MAX_BODY} bytes")
-    raw = await request.content.read(MAX_BODY + 1)
-    if len(raw) > MAX_BODY:
-        raise _Refused(413, f"request body over {MAX_BODY} bytes")
+    try:
+        raw = await request.read()  # the whole body, however it arrives (the app caps its size)
+    except web.HTTPRequestEntityTooLarge:
+        raise _Refused(413, f"request body over {MAX_BODY} bytes") from None
     if not raw.strip():
         return None
     try:
         return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise _Refused(400, f"the body is not JSON: {exc}") from None
 
 
@@ -227,8 +234,11 @@ def _quota(_: web.Request, body: Any) -> Message:
     unknown = sorted(set(obj) - {"role", "guarantee", "limit"})
     if unknown:
         raise _Refused(400, f"unknown fields: {', '.join(unknown)}")
-    guarantee = _resources(obj.get("guarantee"), "guarantee") or Resources()
-    return UpdateQuota(role=role, guarantee=guarantee, limit=_resources(obj.get("limit"), "limit"))
+    guarantee = _resources(obj.get("guarantee"), "guarantee")
+    limit = _resources(obj.get("limit"), "limit")
+    if guarantee is None and limit is None:
+        raise _Refused(400, "give a guarantee, a limit or both (DELETE /quota/ROLE removes it)")
+    return UpdateQuota(role=role, guarantee=guarantee or Resources(), limit=limit)
 
 
 def _resources(value: Any, what: str) -> Resources | None:

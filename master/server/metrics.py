@@ -50,11 +50,12 @@ def count(core: Master) -> Counts:
     used_milli = dict.fromkeys(SCALARS, 0)
     for agent in st.agents.values():
         agents[agent.status.value] = agents.get(agent.status.value, 0) + 1
-        if agent.status.value == "ACTIVE" and agent.missed_pings > 1:
-            agents["DISCONNECTED"] += 1  # silent through a whole ping round
-        entry = registry.get(agent.agent_id)
-        if entry is not None and entry.draining:
-            agents["DRAINING"] += 1
+        if agent.status.value == "ACTIVE":
+            if agent.missed_pings > 1:
+                agents["DISCONNECTED"] += 1  # silent through a whole ping round
+            entry = registry.get(agent.agent_id)
+            if entry is not None and entry.draining:
+                agents["DRAINING"] += 1  # (active ones, as GET_STATE counts them)
         _add(total_milli, agent.info.resources.scalar_totals_milli(), 1)
         if alloc.has_agent(agent.agent_id):
             _add(used_milli, alloc.total(agent.agent_id).scalar_totals_milli(), 1)

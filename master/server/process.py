@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import ipaddress
 import os
 import signal
 from dataclasses import replace
@@ -147,6 +148,12 @@ async def _serve_locked(settings: DaemonSettings) -> int:
                 return 1
             log.info("http_listening", url=http_url, credentials=bool(tokens))
             leadership.node.http_url = _advertised_http(http_url, me)
+            if len(masters) > 1 and not leadership.node.http_url:
+                log.warning(
+                    "http_not_advertised",
+                    url=http_url,
+                    hint="standbys cannot redirect to this API: bind it where the others reach it",
+                )
             if endpoint_file is not None:
                 # Before the endpoint file: whoever sees that one finds this one too.
                 _write_atomically(_http_file(endpoint_file), http_url + "\n")
@@ -229,10 +236,27 @@ def _write_atomically(path: Path, text: str) -> None:
 
 
 def _advertised_http(url: str, me: str) -> str:
-    """The HTTP URL other masters redirect operators to: a wildcard bind is replaced by the
-    host this master advertises on ZeroMQ."""
+    """The HTTP URL standbys redirect operators to ("": none they could reach). A wildcard bind
+    is shown as the host this master advertises on ZeroMQ; a loopback one only when the masters
+    themselves are on loopback (one machine), since on another host it would name that host."""
     scheme, _, rest = url.partition("://")
     host, _, port = rest.rpartition(":")
-    if host.strip("[]") in ("0.0.0.0", "::", ""):
-        return f"{scheme}://{_host_of(me)}:{port}"
-    return url
+    host = host.strip("[]")
+    mine = _host_of(me)
+    if host in ("", "0.0.0.0", "::"):
+        if mine is None:
+            return ""
+        host = mine
+    elif _loopback(host) and (mine is None or not _loopback(mine)):
+        return ""
+    shown = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{shown}:{port}"
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -151,7 +151,8 @@ def test_role_option_parsers() -> None:
         "a": Resources.parse("cpus:1;mem:64"),
         "b": Resources.parse("gpus:1"),
     }
-    for bad in ("a", "a=0", "a=-1", "a=x", "a=inf", "a=1,a=2", "b@d=1"):
+    # (the range of weights the state and operator calls carry: 0.0001 to 1e6)
+    for bad in ("a", "a=0", "a=-1", "a=x", "a=inf", "a=1,a=2", "b@d=1", "a=0.00005", "a=2e6"):
         with pytest.raises(ValueError):
             parse_weights(bad)
     for bad in ("a", "a:", "a:cpus:x", "a:cpus:1,a:cpus:2", ":cpus:1"):

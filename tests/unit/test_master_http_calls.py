@@ -8,6 +8,7 @@ tests/integration/test_master_http_daemon.py.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -17,6 +18,8 @@ from agora.master.server.daemon import NotActing
 from agora.master.server.http import make_app
 from agora.master.server.http_calls import MAX_BODY, Operator, load_credentials
 from agora.master.server.metrics import DaemonStats
+from agora.master.server.process import _advertised_http
+from agora.sdk.httpd import start_http
 from agora.sdk.messages import (
     DrainAgent,
     Error,
@@ -182,6 +185,7 @@ def test_not_acting_is_503_and_no_answer_is_504() -> None:
         ("/quota", {"role": "batch", "guarantee": "cpus:four"}, "cpus"),
         ("/quota", {"role": "batch", "guarantee": "cpus:1", "extra": 1}, "unknown fields"),
         ("/quota", {"guarantee": "cpus:1"}, "expected"),
+        ("/quota", {"role": "batch"}, "DELETE"),
     ],
 )
 def test_bad_bodies_are_400_and_make_no_call(path: str, body: Any, why: str) -> None:
@@ -196,6 +200,8 @@ def test_malformed_and_oversized_bodies_are_refused() -> None:
 
     async def scenario(client: TestClient[Any, Any]) -> None:
         resp = await client.post("/weights", data=b"{not json")
+        assert resp.status == 400 and "not JSON" in (await resp.json())["error"]
+        resp = await client.post("/weights", data=b"[" * 100_000 + b"]" * 100_000)
         assert resp.status == 400 and "not JSON" in (await resp.json())["error"]
         resp = await client.post("/weights", data=b"x" * (MAX_BODY + 10))
         assert resp.status == 413
@@ -272,3 +278,69 @@ def test_credentials_file(tmp_path: Path) -> None:
         bad.write_text(text)
         with pytest.raises(ValueError, match=why):
             load_credentials(bad)
+
+
+def test_a_body_that_arrives_in_pieces_is_read_whole() -> None:
+    """A body split over several TCP segments (or chunked) is one call, not a parse error."""
+    calls = Recorder()
+    body = json.dumps({"weights": {f"role-{i}": 1 + i % 5 for i in range(200)}}).encode()
+
+    async def scenario() -> list[bytes]:
+        app = make_app(lambda: Harness().master, DaemonStats(), operator=Operator(calls))
+        runner, host, port = await start_http(app, "127.0.0.1", 0)
+        try:
+            answers = []
+            for framing in ("length", "chunked"):
+                reader, writer = await asyncio.open_connection(host, port)
+                if framing == "length":
+                    head = f"Content-Length: {len(body)}"
+                    pieces = [body[:20], body[20:]]
+                else:
+                    head = "Transfer-Encoding: chunked"
+                    pieces = [
+                        b"%x\r\n%s\r\n" % (len(part), part) for part in (body[:20], body[20:])
+                    ] + [b"0\r\n\r\n"]
+                request = f"POST /weights HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{head}"
+                writer.write(request.encode() + b"\r\n\r\n")
+                for piece in pieces:
+                    writer.write(piece)
+                    await writer.drain()
+                    await asyncio.sleep(0.05)  # a separate segment, as a slow network sends it
+                answers.append(await asyncio.wait_for(reader.read(), 10))
+                writer.close()
+            return answers
+        finally:
+            await runner.cleanup()
+
+    answers = asyncio.run(asyncio.wait_for(scenario(), 20))
+    assert all(a.startswith(b"HTTP/1.1 200") for a in answers), answers
+    assert len(calls.calls) == 2 and len(calls.calls[0][0].weights) == 200  # type: ignore[attr-defined]
+
+
+def test_calls_from_web_pages_are_refused() -> None:
+    calls = Recorder()
+
+    async def scenario(client: TestClient[Any, Any]) -> None:
+        resp = await client.post(
+            "/agents/a/gone", headers={"Origin": "https://evil.example"}, allow_redirects=False
+        )
+        assert resp.status == 403 and "web pages" in (await resp.json())["error"]
+
+    _run(Operator(calls), scenario)
+    assert calls.calls == []
+
+
+@pytest.mark.parametrize(
+    ("url", "me", "advertised"),
+    [
+        ("http://0.0.0.0:8080", "tcp://m1.example:5050", "http://m1.example:8080"),
+        ("http://[::]:8080", "tcp://[fd00::1]:5050", "http://[fd00::1]:8080"),
+        ("http://0.0.0.0:8080", "tcp://*:5050", ""),
+        ("http://10.0.0.5:8080", "tcp://m1.example:5050", "http://10.0.0.5:8080"),
+        # a loopback API is reachable only from the same machine: fine for `agora local`
+        ("http://127.0.0.1:8080", "tcp://127.0.0.1:5050", "http://127.0.0.1:8080"),
+        ("http://127.0.0.1:8080", "tcp://m1.example:5050", ""),
+    ],
+)
+def test_the_url_standbys_redirect_to(url: str, me: str, advertised: str) -> None:
+    assert _advertised_http(url, me) == advertised
