@@ -12,7 +12,7 @@ from agora.frameworks.batch.client import BatchClient, Unreachable
 from agora.frameworks.batch.parse import parse_when
 from agora.frameworks.batch.records import TaskState
 from agora.frameworks.batch.spec import SpecError
-from agora.sdk.cli.common import CliError
+from agora.sdk.cli.common import CliError, duration
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -20,7 +20,6 @@ from rich.table import Table
 
 __all__ = [
     "describe_end",
-    "format_age",
     "format_elapsed",
     "progress_line",
     "show_history",
@@ -56,18 +55,6 @@ def _dump(value: Any) -> None:
 
 
 # ------------------------------------------------------------------ formats
-
-
-def format_age(seconds: float) -> str:
-    """``45s``, ``3m12s``, ``2h05m``, ``3d04h``."""
-    s = max(0, int(seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
 
 
 def format_elapsed(start: float | None, end: float | None, now: float) -> str:
@@ -172,7 +159,7 @@ def show_jobs(jobs: Sequence[Mapping[str, Any]], *, as_json: bool, everything: b
             str(job["priority"]),
             _state(str(job["state"])),
             tasks_summary(_counts(job)),
-            format_age(now - float(job["submit_time"])) + " ago",
+            duration(now - float(job["submit_time"])) + " ago",
             format_elapsed(job.get("start_time"), job.get("end_time"), now),
         )
     _console().print(table)
@@ -195,7 +182,7 @@ def show_job(answer: Mapping[str, Any], *, as_json: bool) -> int:
         ("user", escape(str(job["user"]))),
         ("queue", f"{escape(str(job['queue']))}  priority {job['priority']}"),
         ("state", state),
-        ("submitted", f"{_when(job['submit_time'])} ({format_age(now - job['submit_time'])} ago)"),
+        ("submitted", f"{_when(job['submit_time'])} ({duration(now - job['submit_time'])} ago)"),
         ("started", _when(job.get("start_time"))),
         ("ended", _when(job.get("end_time"))),
         ("elapsed", format_elapsed(job.get("start_time"), job.get("end_time"), now)),

@@ -30,6 +30,7 @@ __all__ = [
     "ask_master",
     "call_master",
     "describe_handshake_error",
+    "duration",
     "guard_handshake",
     "handshake_problem",
     "positive_float",
@@ -57,6 +58,18 @@ class CliError(Exception):
     def __init__(self, message: str, code: int = 1) -> None:
         super().__init__(message)
         self.code = code
+
+
+def duration(seconds: float) -> str:
+    """``45s``, ``3m12s``, ``2h05m``, ``3d04h``: a span in its two largest units."""
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86_400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86_400}d{s % 86_400 // 3600:02d}h"
 
 
 def positive_float(text: str) -> float:

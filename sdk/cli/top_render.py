@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from agora.sdk.cli.common import duration
 from agora.sdk.cli.show import agent_status
 from agora.sdk.cli.top_events import Event, all_agents, all_tasks
 from agora.sdk.messages import (
@@ -40,7 +41,6 @@ __all__ = [
     "Totals",
     "View",
     "bar",
-    "duration",
     "render",
     "screen_rows",
     "sparkline",
@@ -170,18 +170,6 @@ def sparkline(samples: Iterable[float], width: int = HISTORY) -> str:
     values = list(samples)[-width:]
     top = len(_SPARKS) - 1
     return "".join(_SPARKS[round(min(max(v, 0.0), 1.0) * top)] for v in values)
-
-
-def duration(seconds: float) -> str:
-    """``45s``, ``3m12s``, ``2h05m``, ``3d04h``: a span in its two largest units."""
-    s = max(0, int(seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86_400:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 86_400}d{s % 86_400 // 3600:02d}h"
 
 
 def _percent(share: float | None) -> str:

@@ -6,6 +6,7 @@ import dataclasses
 import io
 import time
 
+from agora.sdk.cli.common import duration
 from agora.sdk.cli.main import build_parser
 from agora.sdk.cli.top import (
     BIG_AGENTS,
@@ -21,7 +22,6 @@ from agora.sdk.cli.top_render import (
     History,
     View,
     bar,
-    duration,
     render,
     screen_rows,
     sparkline,
