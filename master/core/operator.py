@@ -23,7 +23,7 @@ from agora.sdk.messages import (
 )
 from agora.sdk.resources import Resources
 
-__all__ = ["effective_quotas", "effective_weights", "on_get_state", "snapshot"]
+__all__ = ["on_get_state", "roles", "snapshot"]
 
 
 def on_get_state(st: MasterState, peer: Peer, query: GetState | None = None) -> None:
@@ -42,7 +42,7 @@ def snapshot(st: MasterState, query: GetState | None = None) -> StateReply:
     reply = StateReply(
         master_info=st.master_info,
         frameworks=frameworks,
-        roles=_roles(st),
+        roles=roles(st),
         cluster=st.config.cluster,
         leader_since=st.leader_since,
     )
@@ -76,12 +76,12 @@ _STAGING = frozenset({TaskState.STAGING, TaskState.STARTING})
 _LIVE = _RUNNING | _STAGING
 
 
-def effective_weights(st: MasterState) -> dict[str, float]:
+def _effective_weights(st: MasterState) -> dict[str, float]:
     """Role weights in force: the master's config, overridden by operator calls (registry)."""
     return {**st.config.weights, **st.registry.weights}
 
 
-def effective_quotas(st: MasterState) -> dict[str, tuple[Resources, Resources | None]]:
+def _effective_quotas(st: MasterState) -> dict[str, tuple[Resources, Resources | None]]:
     """Role quotas in force: the config's, overridden by operator calls (a removal is an empty
     quota in the registry)."""
     quotas = dict(st.config.quotas)
@@ -89,9 +89,11 @@ def effective_quotas(st: MasterState) -> dict[str, tuple[Resources, Resources | 
     return {role: q for role, q in quotas.items() if q[1] is not None or not q[0].is_empty()}
 
 
-def _roles(st: MasterState) -> tuple[RoleSummary, ...]:
-    weights = effective_weights(st)
-    quotas = effective_quotas(st)
+def roles(st: MasterState) -> tuple[RoleSummary, ...]:
+    """Every role the master knows (configured, weighted, with quota, or a framework's),
+    with the weight and quota in force and its share."""
+    weights = _effective_weights(st)
+    quotas = _effective_quotas(st)
     names = set(st.config.roles) | weights.keys() | quotas.keys()
     for fw in st.frameworks.values():
         names.update(fw.info.roles)

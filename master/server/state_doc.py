@@ -19,10 +19,10 @@ from typing import Any
 import orjson
 from agora.master.allocator import AllocatorError
 from agora.master.core import Master
-from agora.master.core.operator import effective_quotas, effective_weights
+from agora.master.core.operator import roles
 from agora.master.core.state import Agent, Framework, MasterState, Task
 from agora.master.server.stats import DaemonStats
-from agora.sdk.messages import ContainerUsage, MasterMember
+from agora.sdk.messages import ContainerUsage, MasterMember, RoleSummary
 from agora.sdk.resources import Resources
 
 __all__ = ["StateDocument"]
@@ -94,7 +94,7 @@ class StateDocument:
                     for o in st.offers.values()
                 ],
             },
-            "roles": _roles(st),
+            "roles": [_role(r) for r in roles(st)],
         }
 
     def _agent_rows(self, st: MasterState) -> list[dict[str, Any]]:
@@ -188,31 +188,17 @@ def _usage(u: ContainerUsage) -> dict[str, Any]:
     }
 
 
-def _roles(st: MasterState) -> list[dict[str, Any]]:
-    weights = effective_weights(st)
-    quotas = effective_quotas(st)
-    names = set(st.config.roles) | weights.keys() | quotas.keys()
-    for fw in st.frameworks.values():
-        names.update(fw.info.roles)
-    rows = []
-    for role in sorted(names):
-        quota = quotas.get(role)
-        rows.append(
-            {
-                "name": role,
-                "weight": weights.get(role, 1.0),
-                "quota": None
-                if quota is None
-                else {
-                    "guarantee": quota[0].json_view(),
-                    "limit": None if quota[1] is None else quota[1].json_view(),
-                },
-                "share": st.allocator.role_share(role),
-            }
-        )
-    return rows
+def _role(r: RoleSummary) -> dict[str, Any]:
+    quota = None
+    if r.guarantee is not None or r.limit is not None:
+        quota = {
+            "guarantee": (r.guarantee or _NO_RESOURCES).json_view(),
+            "limit": None if r.limit is None else r.limit.json_view(),
+        }
+    return {"name": r.name, "weight": r.weight, "quota": quota, "share": r.share}
 
 
+_NO_RESOURCES = Resources()
 _EMPTY: Mapping[str, object] = {}
 
 
