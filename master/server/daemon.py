@@ -205,8 +205,10 @@ class MasterDaemon:
 
     @property
     def core(self) -> Master | None:
-        """The core of the term this master leads; None on a standby."""
-        return self._core
+        """The core while this master leads (see :meth:`Leadership.leading`): None on a standby,
+        before its term is active, and while its lease has lapsed. Whatever reports leadership
+        (the HTTP API, its metrics) reads this, so it never claims more than it may act on."""
+        return self._acting_core()
 
     def leadership_changed(self) -> None:
         """The leadership made a new core (activation) or dropped ours (lost the lead)."""
@@ -224,6 +226,13 @@ class MasterDaemon:
     async def _announce(self) -> None:
         """Tell every client we know where the leader is now (a push, so they need not poll)."""
         assert self._leadership is not None
+        core = self._core
+        # A new leader's lease normally holds as its term becomes active (the round that commits
+        # its no-op renews it); should it not yet, it announces itself once it does.
+        while core is not None and core is self._core and self._acting_core() is None:
+            await asyncio.sleep(self._tick_interval)
+        if core is not self._core:
+            return  # a newer change announces itself
         info = self._leadership.leader_info()
         epoch = self._leadership.node.term
         log.info("leader_announced", leader=info.leader, epoch=epoch)
@@ -362,7 +371,7 @@ class MasterDaemon:
         core = self._core
         if core is None or self._leadership is None:
             return core
-        return core if self._leadership.lease_valid() else None
+        return core if self._leadership.leading() else None
 
     def _election(self, peer: str, message: Message, principal: str | None) -> None:
         if self._leadership is None:

@@ -3,7 +3,9 @@
 Served by aiohttp in the daemon's own event loop. Handlers read the core synchronously (no
 ``await`` while building a reply), so every reply is a consistent view between two core calls.
 
-- ``GET /health``: ``{"status": "ok", "leading": ...}`` and where the leader is.
+- ``GET /health``: ``{"status": "ok", "leading": ...}`` and where the leader is. ``leading`` (and
+  everything else that says this master leads) holds only while its leader lease does: ``core()``
+  is None otherwise, see ``Leadership.leading``.
 - ``GET /state``: the masters, agents, frameworks (DRF share, offers, tasks by state), tasks,
   outstanding offers, roles (weight, quota, share).
 - ``GET /state/summary``: counts only.

@@ -49,8 +49,10 @@ class Leadership:
         history: History,
         curve: CurveClient | None = None,
         source_host: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``on_change`` runs whenever :attr:`core` appears or goes (activation, lost lead)."""
+        """``on_change`` runs whenever :attr:`core` appears or goes (activation, lost lead).
+        ``clock``: the monotonic clock the election and its lease run on."""
         self._config = config
         self._raft = raft
         self._on_change = on_change
@@ -68,6 +70,7 @@ class Leadership:
             on_role=self._on_role,
             source_host=source_host,
             curve=curve,
+            clock=clock,
         )
 
     @property
@@ -94,7 +97,13 @@ class Leadership:
             self.node.role is Role.LEADER or self._raft.members == (self.me,)
         )
 
-    def lease_valid(self) -> bool:
+    def leading(self) -> bool:
+        """Whether this master leads *now*: the one predicate behind everything that acts as the
+        leader or says it is one (``/health``, ``/state``, ``agora_master_elected``, LEADER_INFO,
+        redirects). It is active in its term (:attr:`core`), still the Raft leader, not halted,
+        and its lease holds on the monotonic clock. A leader that was stopped (SIGSTOP) or
+        starved past its lease is not leading the moment it runs again, even before it has heard
+        that another was elected; a healthy one renews its lease with every heartbeat."""
         return self.core is not None and self.node.lease_valid()
 
     def lease_until_ns(self) -> int:
@@ -117,10 +126,11 @@ class Leadership:
     # ------------------------------------------------------------------ answering clients
 
     def leader_info(self) -> LeaderInfo:
-        """What this master tells a client about the leader: itself only once active."""
+        """What this master tells a client about the leader: itself only while :meth:`leading`
+        (not before its term is active, nor while its lease has lapsed: then no one)."""
         node = self.node
         if node.role is Role.LEADER:
-            leader = self.me if self.core is not None else None
+            leader = self.me if self.leading() else None
         else:
             leader = node.leader_id
         return LeaderInfo(
@@ -129,9 +139,12 @@ class Leadership:
 
     def members(self) -> tuple[MasterMember, ...]:
         status = self.node.status()
+        leader = status.leader
+        if leader == self.me and not self.leading():
+            leader = None
         out = []
         for member in status.members:
-            leads = member.member == status.leader
+            leads = member.member == leader
             out.append(
                 MasterMember(
                     address=member.member,

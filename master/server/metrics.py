@@ -100,7 +100,11 @@ class MasterCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         stats = self._stats
         core = self._core()
-        yield _gauge("agora_master_elected", "1 if this master is the leader", core is not None)
+        yield _gauge(
+            "agora_master_elected",
+            "1 while this master leads: elected, active in its term and holding its lease",
+            core is not None,
+        )
         yield _gauge(
             "agora_master_uptime_seconds", "seconds since the daemon started", stats.uptime()
         )
