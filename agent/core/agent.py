@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Set
 from typing import Any
 
-from agora.agent.core import checkpoint, executors, recovery, registration, tasks
+from agora.agent.core import checkpoint, executors, limits, recovery, registration, tasks
 from agora.agent.core.actions import Action, SignalExecutor, Terminate
 from agora.agent.core.checkpoint import Delete, Put
 from agora.agent.core.config import AgentConfig
@@ -233,6 +233,18 @@ class Agent:
         CONTAINER_LAUNCH_FAILED; the master hears EXITED_EXECUTOR with status 127."""
         if not self._st.terminated:
             executors.on_launch_failed(self._st, framework_id, executor_id, error, now)
+        return self._finish()
+
+    def disk_targets(self) -> list[limits.DiskTarget]:
+        """The containers whose sandbox the shell's disk isolator should measure now."""
+        return [] if self._st.terminated else limits.disk_targets(self._st)
+
+    def disk_usage(self, used: Mapping[limits.DiskKey, int], now: float) -> list[Action]:
+        """The disk isolator measured these sandboxes (bytes, by ``DiskTarget.key``): every
+        container over its ``disk`` is killed, its tasks to end TASK_FAILED with reason
+        CONTAINER_LIMITATION_DISK (see limits.py)."""
+        if not self._st.terminated and self._st.agent_id is not None:
+            limits.enforce_disk(self._st, used, now)
         return self._finish()
 
     def tick(self, now: float) -> list[Action]:

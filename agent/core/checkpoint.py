@@ -147,6 +147,9 @@ class TaskRecord(Record):
     role: str
     state: TaskState
     launched: bool
+    #: Being killed for exceeding a limit of its container: the reason and message it ends with.
+    limitation_reason: Reason | None = None
+    limitation_message: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -215,6 +218,8 @@ def _task(task: Task) -> bytes:
             role=task.role,
             state=task.state,
             launched=task.launched,
+            limitation_reason=task.limitation[0] if task.limitation else None,
+            limitation_message=task.limitation[1] if task.limitation else "",
         )
     )
 

@@ -139,6 +139,11 @@ def _rebuild(st: AgentState, data: checkpoint.Decoded) -> None:
             role=tr.role,
             state=tr.state,
             launched=tr.launched,
+            limitation=(
+                (tr.limitation_reason, tr.limitation_message)
+                if tr.limitation_reason is not None
+                else None
+            ),
         )
         st.tasks[task.key] = task
         fw.tasks.add(task.info.task_id)

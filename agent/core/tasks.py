@@ -283,6 +283,16 @@ def on_executor_update(st: AgentState, ex: Executor, update: StatusUpdate, now: 
                 executor_id=ex.executor_id,
                 source=StatusSource.EXECUTOR,
             )
+            if task.limitation is not None and is_final(clean.state):
+                # Killed for exceeding a limit of its container: it failed, for that reason.
+                reason, message = task.limitation
+                clean = replace(
+                    clean,
+                    state=TaskState.FAILED,
+                    reason=reason,
+                    message=message,
+                    source=StatusSource.AGENT,
+                )
             st.report(ex.framework_id, clean, now)
     st.to_executor(
         ex.peer,

@@ -67,6 +67,22 @@ def _size_mib(text: str) -> int:
     return value
 
 
+def _long_duration(text: str) -> float:
+    """A duration that may also be given in days or weeks: ``7d``, ``1w``, ``168h``."""
+    t = text.strip().lower()
+    for suffix, factor in (("d", 86400.0), ("w", 604800.0)):
+        if t.endswith(suffix):
+            return parse_duration(t[: -len(suffix)] + "s") * factor
+    return parse_duration(t)
+
+
+def _fraction(text: str) -> float:
+    value = float(text.strip())
+    if not 0.0 <= value < 1.0:
+        raise ValueError("expected a fraction >= 0 and < 1")
+    return value
+
+
 def _optional_text(text: str) -> str | None:
     return text.strip() or None
 
@@ -202,6 +218,40 @@ OPTIONS: tuple[Option, ...] = (
         "after a restart: reconnect to the executors still running, or cleanup (kill them)",
     ),
     Option(
+        "container_disk_watermark_interval",
+        parse_positive_duration,
+        15.0,
+        "how often the disk/du isolator measures each running container's sandbox",
+    ),
+    Option(
+        "enforce_container_disk_quota",
+        parse_bool,
+        True,
+        "kill a container whose sandbox outgrows its disk resource (it ends TASK_FAILED, reason "
+        "CONTAINER_LIMITATION_DISK); --no-enforce-container-disk-quota only measures",
+        flag=True,
+    ),
+    Option(
+        "gc_delay",
+        _long_duration,
+        604800.0,
+        "delete the sandbox of a finished executor or task this long after it finished, less "
+        "as the disk fills (e.g. 1w, 2d, 12h, 30m)",
+    ),
+    Option(
+        "disk_watermark_interval",
+        parse_positive_duration,
+        60.0,
+        "how often sandbox garbage collection checks the disk and deletes what is due",
+    ),
+    Option(
+        "gc_disk_headroom",
+        _fraction,
+        0.1,
+        "disk fraction kept free: sandboxes are collected after gc_delay * max(0, 1 - headroom "
+        "- disk usage)",
+    ),
+    Option(
         "nvidia_smi",
         _optional_text,
         None,
@@ -269,6 +319,13 @@ class DaemonSettings:
     gpus: tuple[Gpu, ...] = ()
     #: Append a JSONL history for the fault suite here ("": none).
     history: str = ""
+    #: The disk/du isolator: measuring interval, and whether it kills what is over its disk.
+    container_disk_watermark_interval: float = 15.0
+    enforce_container_disk_quota: bool = True
+    #: Sandbox garbage collection (see agora.agent.core.sandbox_gc).
+    gc_delay: float = 604800.0
+    disk_watermark_interval: float = 60.0
+    gc_disk_headroom: float = 0.1
 
 
 def build(values: Mapping[str, Any]) -> tuple[AgentConfig, DaemonSettings]:
@@ -347,5 +404,10 @@ def build(values: Mapping[str, Any]) -> tuple[AgentConfig, DaemonSettings]:
         recover=values["recover"],
         gpus=gpus,
         history=values["history"],
+        container_disk_watermark_interval=values["container_disk_watermark_interval"],
+        enforce_container_disk_quota=bool(values["enforce_container_disk_quota"]),
+        gc_delay=values["gc_delay"],
+        disk_watermark_interval=values["disk_watermark_interval"],
+        gc_disk_headroom=values["gc_disk_headroom"],
     )
     return config, settings

@@ -50,9 +50,11 @@ from agora.agent.core import (
     ToExecutor,
     ToMaster,
 )
+from agora.agent.core.sandbox_gc import SandboxGc
 from agora.agent.server.checkpointing import Checkpointer, find_alive
 from agora.agent.server.config import DaemonSettings, option_env_names
 from agora.agent.server.containment import AgentContainment
+from agora.agent.server.disk_du import DiskIsolator
 from agora.agent.server.gpu_assign import GpuAssignments
 from agora.agent.server.history import AgentHistory
 from agora.agent.server.isolation import (
@@ -68,6 +70,7 @@ from agora.agent.server.processes import (
     resolve_sandbox,
     runs_default_executor,
 )
+from agora.agent.server.sandbox_gc import SandboxCollector
 from agora.sdk.discovery import parse_masters
 from agora.sdk.history import History
 from agora.sdk.httpd import start_http
@@ -161,6 +164,10 @@ class AgentDaemon:
         self.bad_frames_received = 0
         #: The container usage sampled for the latest PONG (empty: none, or no containers).
         self.latest_usage: tuple[ContainerUsage, ...] = ()
+        #: The disk/du isolator (sandbox sizes, enforcement) and sandbox garbage collection.
+        self.disk: DiskIsolator
+        self.sandbox_gc: SandboxCollector
+        self._make_disk_watchers()
 
     @property
     def core(self) -> Agent:
@@ -192,6 +199,7 @@ class AgentDaemon:
         os.makedirs(self._work_dir, exist_ok=True)
         self._work_dir = os.path.realpath(self._work_dir)
         self._checkpoint = Checkpointer(self._work_dir)
+        self._make_disk_watchers()
         try:
             records = self._checkpoint.open()
         except (OSError, JournalError) as exc:
@@ -257,6 +265,10 @@ class AgentDaemon:
             self._server.close()
             self._checkpoint.close()
             return 1
+        try:
+            self.sandbox_gc.open()
+        except OSError as exc:
+            log.warning("sandbox_gc_unavailable", error=str(exc))
         for sig in _SIGNALS:
             loop.add_signal_handler(sig, self._signalled, sig)
         tasks: list[asyncio.Task[None]] = []
@@ -287,6 +299,11 @@ class AgentDaemon:
                 loop.create_task(self._serve_executors(), name="agent-executors"),
                 loop.create_task(self._ticker(), name="agent-tick"),
                 loop.create_task(self._sender(), name="agent-send"),
+                loop.create_task(self.disk.run(), name="agent-disk"),
+                loop.create_task(
+                    self.sandbox_gc.run(self._settings.disk_watermark_interval),
+                    name="agent-sandbox-gc",
+                ),
             ]
             for task in tasks:
                 task.add_done_callback(self._task_done)
@@ -319,6 +336,23 @@ class AgentDaemon:
                 self._containment.tidy()
         log.info("agent_stopped", reason=self._stop_reason, status=self._exit_code)
         return self._exit_code
+
+    def _make_disk_watchers(self) -> None:
+        """The disk/du isolator (sandbox sizes, enforcement) and sandbox garbage collection,
+        on the (resolved) work dir."""
+        settings = self._settings
+        self.disk = DiskIsolator(
+            self._work_dir,
+            settings.container_disk_watermark_interval,
+            settings.enforce_container_disk_quota,
+            lambda: self._core,
+            lambda used: self._call("disk_usage", self._core.disk_usage, used, time.time()),
+        )
+        self.sandbox_gc = SandboxCollector(
+            self._work_dir,
+            SandboxGc(settings.gc_delay, settings.gc_disk_headroom),
+            lambda: self._core,
+        )
 
     def _bind_executor_socket(self, recorded: str | None) -> ZmqServer | None:
         """The executor socket: where the previous agent process had it, when recovering, so

@@ -13,7 +13,8 @@ find it). Handlers read the core synchronously, between two core calls.
   read, so read on from ``next_offset`` (not ``offset + len(data)``). The task's sandbox is
   ``<work dir>/frameworks/<fid>/executors/<eid>/tasks/<tid>/`` (command tasks; found through the
   core, or on disk once the core has forgotten the task). Only ``stdout`` and ``stderr`` can be
-  read; ids are checked like task ids, and a symlink is never followed.
+  read; ids are checked like task ids, and a symlink is never followed. A sandbox the agent's
+  garbage collection deleted answers 410 (Gone) with when, rather than 404.
 - ``GET /metrics``: Prometheus text format (see :mod:`agora.agent.server.metrics`), from a
   registry of the app's own.
 
@@ -26,11 +27,13 @@ import codecs
 import glob
 import os
 import stat
+import time
 from collections.abc import Callable
 from typing import Any, Final
 
 from agora.agent.core import Agent
 from agora.agent.server.metrics import AgentCounters, make_registry
+from agora.agent.server.sandbox_gc import find_collected
 from agora.sdk.httpd import HttpError, json_errors
 from agora.sdk.ids import id_problem
 from aiohttp import web
@@ -135,6 +138,14 @@ def find_sandbox(
         )
         found = [p for p in glob.glob(pattern) if os.path.isdir(p)]
     if not found:
+        collected = find_collected(work_dir, task_id, framework_id)
+        if collected is not None:
+            when = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(collected[0]))
+            raise FileReadError(
+                410,
+                f"the sandbox of task {task_id!r} was garbage-collected at {when} "
+                "(the agent's --gc-delay had passed): its output is gone",
+            )
         raise FileReadError(404, f"no sandbox of task {task_id!r} on this agent")
     root = os.path.realpath(work_dir)
     inside = []

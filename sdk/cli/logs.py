@@ -179,6 +179,8 @@ async def print_task_output(
                 continue  # more is there already
         elif status == 404 and follow and not terminal:
             pass  # the sandbox may not exist yet
+        elif status == 410:  # the agent's sandbox garbage collection deleted it
+            raise CliError(f"task {task_id}: {body.get('error', 'its sandbox was collected')}")
         else:
             raise CliError(f"the agent refused: {body.get('error', status)} (HTTP {status})")
         if not follow or terminal:
