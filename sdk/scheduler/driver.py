@@ -75,12 +75,12 @@ from agora.sdk.messages import (
     Teardown,
     Update,
 )
+from agora.sdk.scheduler._backoff import RestartableWait
 from agora.sdk.scheduler.scheduler import Scheduler
 from agora.sdk.scheduler.spec import TaskSpec, task_infos_for
 from agora.sdk.transport import MasterLink
 from agora.sdk.transport.base import TransportClosed
 from tenacity import AsyncRetrying, RetryCallState, retry_if_result
-from tenacity.wait import wait_fixed, wait_random_exponential
 
 if TYPE_CHECKING:
     from agora.sdk.transport.curve import CurveClient
@@ -167,7 +167,8 @@ class SchedulerDriver:
     ``status_update`` returns (or raises); otherwise call :meth:`acknowledge`.
     ``heartbeat_interval``: seconds between the driver's HEARTBEATs to the master.
     ``subscribe_backoff``: (floor, cap) in seconds of the jittered exponential wait between
-    SUBSCRIBE attempts.
+    SUBSCRIBE attempts. A master confirming that it leads (its push or its answer to the link's
+    probe) ends the wait at once and starts the backoff over from the floor.
     """
 
     def __init__(
@@ -194,6 +195,7 @@ class SchedulerDriver:
         self._curve = curve
         self._heartbeat_interval = heartbeat_interval
         self._backoff = (lo, hi)
+        self._subscribe_wait = RestartableWait(lo, hi)
         #: What callbacks receive as ``driver`` (the blocking driver substitutes itself).
         self._facade: Any = self
         self._callbacks: dict[str, Callable[..., Any]] = {
@@ -421,9 +423,9 @@ class SchedulerDriver:
                     await self._send_now(Heartbeat())
 
     async def _subscribe(self) -> None:
-        lo, hi = self._backoff
+        self._subscribe_wait = RestartableWait(*self._backoff)
         retrying = AsyncRetrying(
-            wait=wait_fixed(lo) + wait_random_exponential(multiplier=lo, max=hi - lo),
+            wait=self._subscribe_wait,
             retry=retry_if_result(lambda done: not done),
             sleep=self._subscribe_sleep,
             before_sleep=_log_retry,
@@ -479,7 +481,13 @@ class SchedulerDriver:
         self._kick.set()
 
     def _on_transport_connected(self) -> None:
+        """A master confirmed that it leads (the link follows only such a confirmation, at an
+        epoch at least the newest seen): subscribe to it now and start the backoff over, however
+        long it had grown while no master led."""
         log.debug("scheduler_transport_connected", master=self._master)
+        if not self._subscribed and not self._stop_requested:
+            self._subscribe_wait.restart()
+            self._subscribe_wake.set()
 
     def _on_transport_disconnected(self) -> None:
         self._conn_gen += 1
