@@ -42,6 +42,10 @@ MAX_MASTERS: Final = 16
 #: How long one DETECT_LEADER may wait on a backed-up socket before the prober moves on.
 _PROBE_SEND_TIMEOUT: Final = 0.5
 _JITTER: Final = 0.2
+#: Longest wait between ZeroMQ's attempts to reach a master that is down. Short, so that after
+#: the whole group was down a while every client is connected again (and hears the new leader's
+#: push) within about a second of the masters' return, not after a 5 s backoff.
+RECONNECT_MAX: Final = 1.0
 Callback = Callable[[], None]
 
 
@@ -246,6 +250,7 @@ class MasterLink:
                 on_connected=lambda: self._socket_up(endpoint),
                 on_disconnected=lambda: self._socket_down(endpoint),
                 hwm=self._hwm,
+                reconnect_max=RECONNECT_MAX,
             )
         except zmq.ZMQError as exc:
             if strict:

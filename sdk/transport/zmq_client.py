@@ -83,15 +83,19 @@ class ZmqClient:
         on_connected: Callback | None = None,
         on_disconnected: Callback | None = None,
         hwm: int = DEFAULT_HWM,
+        reconnect_max: float = RECONNECT_IVL_MAX_MS / 1000,
     ) -> ZmqClient:
-        """Connect a DEALER to ``endpoint``; must be called with a running event loop."""
+        """Connect a DEALER to ``endpoint``; must be called with a running event loop.
+
+        While the server is unreachable ZeroMQ retries the connection after 0.1 s, doubling the
+        wait up to ``reconnect_max`` seconds."""
         asyncio.get_running_loop()  # fail fast, before any socket exists
         ctx, owned = make_context(context)
         sock = None
         try:
             sock = new_socket(ctx, zmq.DEALER, hwm)
             sock.setsockopt(zmq.RECONNECT_IVL, RECONNECT_IVL_MS)
-            sock.setsockopt(zmq.RECONNECT_IVL_MAX, RECONNECT_IVL_MAX_MS)
+            sock.setsockopt(zmq.RECONNECT_IVL_MAX, max(RECONNECT_IVL_MS, int(reconnect_max * 1000)))
             sock.setsockopt(zmq.IMMEDIATE, 0)
             if curve is not None:
                 curve.configure_socket(sock)
