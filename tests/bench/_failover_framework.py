@@ -26,6 +26,10 @@ class FailoverFramework(Scheduler):
         self.launched = 0
         self.offer_times: list[tuple[float, int]] = []
         self.ended: list[tuple[str, str]] = []
+        self.resubscribed: list[float] = []  # perf_counter times of SUBSCRIBED after the first
+
+    def reregistered(self, driver: Any, master_info: Any) -> None:
+        self.resubscribed.append(time.perf_counter())
 
     def offers(self, driver: Any, offers: list[Offer]) -> None:
         now = time.perf_counter()
@@ -56,3 +60,7 @@ class FailoverFramework(Scheduler):
             if when > at and offer_epoch >= epoch:
                 return when
         return None
+
+    def resubscribed_after(self, at: float) -> float | None:
+        """perf_counter time of the first re-subscription after ``at``."""
+        return next((when for when in self.resubscribed if when > at), None)

@@ -17,10 +17,15 @@ thread of this process, one DEALER each (see ``_failover_scale``); measures ``el
 RLIMIT_NOFILE allows (2 fds per simulated agent; the JSON names the limit in ``limited_by``).
 ``--seed`` seeds the random pause (0-0.5 s) before each kill of mode 1.
 
+Mode 3 (``--group-restarts N``, ``"mode": "group-restart"``): SIGKILL all 3 masters, keep them
+down ``--down`` seconds, start them again, N times; measures from the new leader's activation the
+time to the framework re-subscribed and to every agent back (see ``_failover_group``).
+
 Prints one JSON object. Work dirs go on /dev/shm when it exists.
 
     python tests/bench/failover.py --agents 20 --kills 20
     python tests/bench/failover.py --scale 10000 --kills 3
+    python tests/bench/failover.py --agents 5 --group-restarts 5 --down 8
 """
 
 from __future__ import annotations
@@ -163,6 +168,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--window", type=int, default=200, help="mode 2: most first registrations in flight"
     )
+    parser.add_argument(
+        "--group-restarts", type=int, default=0, help="whole-group restarts (mode 3)"
+    )
+    parser.add_argument(
+        "--down", type=float, default=8.0, help="mode 3: seconds the whole group stays down"
+    )
     args = parser.parse_args(argv)
     configure_logging("console", "warning")
     kills = args.kills if args.kills is not None else (3 if args.scale else 20)
@@ -172,7 +183,13 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="agora-failover-", dir=base) as tmp:
         group = Group(Path(tmp), agents=args.agents, election_timeout=args.election_timeout)
         try:
-            if args.scale:
+            if args.group_restarts:
+                from _failover_group import run_group_restarts
+
+                result = asyncio.run(
+                    run_group_restarts(group, args.group_restarts, args.down, _say)
+                )
+            elif args.scale:
                 from _failover_scale import run_scale
 
                 result = asyncio.run(run_scale(group, args.scale, kills, args.window))
