@@ -46,7 +46,15 @@ from agora.sdk.resources import Resources
 from agora.sdk.scheduler import Scheduler, SchedulerDriver, TaskSpec, fit_resources
 from agora.sdk.transport import CurveClient
 
-__all__ = ["RunOptions", "RunScheduler", "add_parser", "cmd_run", "exit_code_for", "run_task"]
+__all__ = [
+    "RunOptions",
+    "RunScheduler",
+    "add_parser",
+    "cmd_run",
+    "describe",
+    "exit_code_for",
+    "run_task",
+]
 
 _DESCRIPTION = """\
 Run CMD as one task on the cluster and relay its stdout/stderr here as it runs, like
@@ -56,8 +64,9 @@ so each arrives as one argument, exactly as typed; for shell syntax say so:
 
 Exit status: the task's. FINISHED 0; FAILED the command's status (128+N when killed by signal N);
 KILLED 143 (128+SIGTERM) unless the command's status says otherwise; LOST, ERROR, DROPPED, GONE
-and the like 1, with the state and reason on stderr. Ctrl-C or SIGTERM kills the task first and
-exits with its status; a second one stops waiting.
+and the like 1. Whenever the master or agent gave a reason (a memory or disk limit, a health
+check, LOST...), the state, reason and message go to stderr. Ctrl-C or SIGTERM kills the task
+first and exits with its status; a second one stops waiting.
 """
 
 #: How long, after the task ended or was given up, the framework gets to tear itself down.
@@ -135,23 +144,28 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def exit_code_for(status: TaskStatus) -> tuple[int, str | None]:
-    """The exit status ``agora run`` ends with for ``status``, and a line for stderr (or None)."""
+    """The exit status ``agora run`` ends with for ``status``, and a line for stderr (or None).
+
+    The line gives the state, reason and message; it is left out only when the exit status says
+    it all (the command's own exit, or a kill, with no reason given)."""
     state, code = status.state, status.exit_code
     if state is TaskState.FINISHED:
         return 0, None
+    why = describe(status, "ended") if status.reason is not None else None
     if state is TaskState.FAILED:
         if code is None or code == 0:
-            return 1, _describe(status)
-        return (128 - code if code < 0 else code), None
+            return 1, describe(status, "ended")
+        return (128 - code if code < 0 else code), why
     if state is TaskState.KILLED:
         if code is None or code == 0:
-            return 128 + signal.SIGTERM, None
-        return (128 - code if code < 0 else code), None
-    return 1, _describe(status)
+            return 128 + signal.SIGTERM, why
+        return (128 - code if code < 0 else code), why
+    return 1, describe(status, "ended")
 
 
-def _describe(status: TaskStatus) -> str:
-    parts = [f"task {status.task_id} ended {status.state.name}"]
+def describe(status: TaskStatus, verb: str = "is") -> str:
+    """``task T <verb> STATE, reason R: message`` (the parts the status has)."""
+    parts = [f"task {status.task_id} {verb} {status.state.name}"]
     if status.reason is not None:
         parts.append(f"reason {status.reason.name}")
     line = ", ".join(parts)
@@ -214,7 +228,7 @@ class RunScheduler(Scheduler):
     def status_update(self, driver: Any, status: TaskStatus) -> None:
         if status.task_id != self.task_id or self.final.done():
             return
-        self.note(f"task {status.task_id} is {status.state.name}")
+        self.note(describe(status))
         if status.reason is Reason.INVALID_OFFERS and self.relaunches < _MAX_RELAUNCHES:
             # The offer went away (rescinded, expired) before the launch reached the master.
             self.relaunches += 1

@@ -269,6 +269,42 @@ def test_failed_without_a_status_exits_1_and_says_why() -> None:
     assert message is not None and "EXECUTOR_TERMINATED" in message
 
 
+@pytest.mark.parametrize(
+    ("state", "exit_code", "expected"),
+    [(TaskState.FAILED, -9, 128 + 9), (TaskState.KILLED, -15, 128 + 15)],
+)
+def test_an_end_with_a_reason_keeps_the_exit_status_and_says_why(
+    state: TaskState, exit_code: int, expected: int
+) -> None:
+    status = _status(
+        state,
+        exit_code,
+        reason=Reason.CONTAINER_LIMITATION_MEMORY,
+        message="Memory limit exceeded: 64 MiB",
+    )
+    assert exit_code_for(status) == (
+        expected,
+        f"task t ended {state.name}, reason CONTAINER_LIMITATION_MEMORY: "
+        "Memory limit exceeded: 64 MiB",
+    )
+
+
+def test_verbose_run_notes_each_state_with_its_reason_and_message() -> None:
+    async def scenario() -> None:
+        err = io.BytesIO()
+        opts = RunOptions(master="tcp://x:1", argv=("true",), verbose=True)
+        sched = RunScheduler(opts, TaskID("t"), io.BytesIO(), err)
+        failed = _status(
+            TaskState.FAILED, 3, reason=Reason.COMMAND_EXECUTOR_FAILED, message="exited 3"
+        )
+        sched.status_update(FakeDriver(), failed)
+        assert err.getvalue() == (
+            b"agora run: task t is FAILED, reason COMMAND_EXECUTOR_FAILED: exited 3\n"
+        )
+
+    asyncio.run(asyncio.wait_for(scenario(), 10))
+
+
 # ------------------------------------------------------------------ the one-task scheduler
 
 
