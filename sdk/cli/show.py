@@ -42,6 +42,7 @@ __all__ = [
     "tasks_json",
     "tasks_table",
     "to_json",
+    "with_totals",
 ]
 
 #: States shown by ``agora tasks`` without ``--all``: everything but the finished ones.
@@ -97,8 +98,39 @@ def to_json(value: Any) -> Any:
 
 
 def state_json(reply: StateReply) -> dict[str, Any]:
-    out: dict[str, Any] = to_json(reply)
+    out: dict[str, Any] = to_json(with_totals(reply))
     return out
+
+
+def with_totals(reply: StateReply) -> StateReply:
+    """``reply`` with its whole-cluster counts and sums filled in. A partial reply carries them;
+    a full one leaves them at zero (its rows are the whole cluster), so they are summed here:
+    else ``agora state --json`` would show ``agents_total: 0`` beside the agents it lists."""
+    if reply.partial:
+        return reply
+    total: dict[str, int] = {}
+    allocated: dict[str, int] = {}
+    for agent in reply.agents:
+        _add_milli(total, agent.resources.scalar_totals_milli())
+        _add_milli(allocated, agent.allocated.scalar_totals_milli())
+    return dataclasses.replace(
+        reply,
+        agents_total=len(reply.agents),
+        tasks_total=len(reply.tasks),
+        agents_unreachable=sum(1 for a in reply.agents if a.status != "ACTIVE"),
+        agents_draining=sum(1 for a in reply.agents if a.draining and a.status == "ACTIVE"),
+        resources_total=_from_milli(total),
+        resources_allocated=_from_milli(allocated),
+    )
+
+
+def _add_milli(into: dict[str, int], amounts: Mapping[str, int]) -> None:
+    for name, milli in amounts.items():
+        into[name] = into.get(name, 0) + milli
+
+
+def _from_milli(milli: Mapping[str, int]) -> Resources:
+    return Resources.from_dict({name: v / 1000 for name, v in milli.items() if v > 0})
 
 
 def agents_json(reply: StateReply) -> list[Any]:

@@ -4,6 +4,7 @@ table and its JSON, from StateReply objects made here."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 
 import pytest
@@ -144,3 +145,31 @@ def test_agora_state_shows_the_cluster_and_a_roles_section(
     show.cmd_state(argparse.Namespace(json=False))
     bare = capsys.readouterr().out
     assert bare.startswith("master m-1") and "Roles" not in bare
+
+
+def test_agora_state_json_counts_the_agents_and_sums_the_resources_it_lists(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A full GET_STATE reply leaves the whole-cluster counts at 0 (its rows are the cluster);
+    # the JSON used to show "agents_total": 0 beside three agents.
+    reply = dataclasses.replace(
+        _reply(),
+        agents=(
+            *_reply().agents,
+            dataclasses.replace(_agent(4), allocated=Resources.parse("cpus:1.5;mem:512")),
+        ),
+    )
+    monkeypatch.setattr(show, "_fetch", lambda _args: reply)
+    assert show.cmd_state(argparse.Namespace(json=True)) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc["agents"]) == doc["agents_total"] == 4
+    assert doc["agents_unreachable"] == 1 and doc["agents_draining"] == 1
+    assert doc["tasks_total"] == 0 and doc["partial"] is False
+    assert doc["resources_total"] == show.to_json(Resources.parse("cpus:16;mem:16384"))
+    assert doc["resources_allocated"] == show.to_json(Resources.parse("cpus:1.5;mem:512"))
+
+
+def test_a_partial_reply_keeps_the_counts_the_master_gave() -> None:
+    partial = dataclasses.replace(_reply(), partial=True, agents_total=10_000, tasks_total=7)
+    assert show.with_totals(partial) is partial
+    assert show.state_json(partial)["agents_total"] == 10_000
