@@ -8,7 +8,7 @@ from typing import TypeAlias
 from agora.master.registry import Operation
 from agora.sdk.messages import Message
 
-__all__ = ["Action", "Peer", "Propose", "Send"]
+__all__ = ["Action", "Notice", "Peer", "Propose", "Send"]
 
 #: An opaque name for one connected client (a ZeroMQ routing identity, an in-memory
 #: endpoint in tests). The core only compares and stores peers.
@@ -34,3 +34,12 @@ class Propose:
 
 
 Action: TypeAlias = Send | Propose
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """Something an operator should read in the master's log (a framework removed, and why).
+    Not an action: the shell collects notices with ``Master.notices()`` and logs them."""
+
+    event: str
+    fields: tuple[tuple[str, str], ...]

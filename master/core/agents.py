@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from agora.master.core import recovery
 from agora.master.core.actions import Peer
 from agora.master.core.offers import rescind_offers
 from agora.master.core.state import Agent, AgentStatus, MasterState, Task, TaskKey
@@ -219,6 +220,7 @@ def _readmit(
             st.send_framework(at.framework_id, Update(status=status))
     for key in sorted(previously - seen):
         _vanished(st, key, agent_id, now)
+    recovery.expect_frameworks(st, (at.framework_id for at in reported))
     for framework_id in sorted(orphans):
         st.send(sender, ShutdownFramework(framework_id=framework_id))
     st.send(sender, AgentReregistered(agent_id=agent_id, master_info=st.master_info))

@@ -46,7 +46,18 @@ class MasterConfig:
     #: After a failover, agents of the registry that have not re-registered this long after the
     #: new leader's activation are marked unreachable (Mesos: ``agent_reregister_timeout``).
     agent_reregister_timeout: float = 600.0
+    #: After a failover, every framework the registry or a re-registered agent knows gets this
+    #: long to re-subscribe with the new leader before its own ``failover_timeout`` starts to
+    #: count (None: as long as ``agent_reregister_timeout``). A framework cannot have
+    #: disconnected from a leader it never subscribed with.
+    framework_reregister_timeout: float | None = None
     #: Allocation waits after activation until this share of the registry's agents is back ...
     recovery_agent_share: float = 0.8
     #: ... or this many seconds have passed, whichever comes first.
     recovery_hold_off: float = 2.0
+
+    @property
+    def resubscribe_window(self) -> float:
+        """How long frameworks have to re-subscribe after a leader change (see above)."""
+        window = self.framework_reregister_timeout
+        return self.agent_reregister_timeout if window is None else window

@@ -239,17 +239,23 @@ def disconnect(st: MasterState, peer: Peer, now: float) -> None:
     for offer_id in sorted(fw.offers):
         close_offer(st, offer_id, now)
     if fw.info.failover_timeout <= 0:
-        remove_framework(st, fw, now)
+        remove_framework(st, fw, now, reason="its scheduler disconnected and failover_timeout is 0")
 
 
 def expire_failovers(st: MasterState, now: float) -> None:
     for fw in list(st.frameworks.values()):
         since = fw.disconnected_at
-        if since is not None and now - since >= fw.info.failover_timeout:
-            remove_framework(st, fw, now)
+        timeout = fw.info.failover_timeout
+        if since is not None and now - since >= timeout:
+            why = f"its scheduler stayed disconnected past failover_timeout ({timeout:g} s)"
+            remove_framework(st, fw, now, reason=why)
     for framework_id, deadline in list(st.absent_frameworks.items()):
         if now >= deadline:
-            remove_absent(st, framework_id, now)
+            why = (
+                f"it did not re-subscribe within {now - st.leader_since:g} s of the leader change"
+                f" (re-subscription window {st.config.resubscribe_window:g} s + failover_timeout)"
+            )
+            remove_absent(st, framework_id, now, reason=why)
 
 
 def remove_absent(
@@ -257,6 +263,7 @@ def remove_absent(
     framework_id: FrameworkID,
     now: float,
     *,
+    reason: str,
     done: Callable[[], object] | None = None,
     abandon: Callable[[], object] | None = None,
 ) -> None:
@@ -266,6 +273,8 @@ def remove_absent(
     if framework_id in st.busy_frameworks:
         return
     st.busy_frameworks.add(framework_id)
+    entry = st.registry.frameworks.get(framework_id)
+    name = entry.name if entry is not None else ""
 
     def removed(now: float) -> None:
         st.busy_frameworks.discard(framework_id)
@@ -291,6 +300,7 @@ def remove_absent(
             st.send_agent(agent_id, ShutdownFramework(framework_id=framework_id))
             st.dirty_agents.add(agent_id)
         st.removed_frameworks.add(framework_id)
+        st.notice("framework_removed", framework_id=framework_id, name=name, reason=reason)
 
     def given_up() -> None:
         st.busy_frameworks.discard(framework_id)
@@ -305,6 +315,7 @@ def remove_framework(
     fw: Framework,
     now: float,
     *,
+    reason: str,
     done: Callable[[], object] | None = None,
     abandon: Callable[[], object] | None = None,
 ) -> None:
@@ -326,6 +337,12 @@ def remove_framework(
         current = st.frameworks.get(framework_id)
         if current is not None:
             _remove_now(st, current, now)
+            st.notice(
+                "framework_removed",
+                framework_id=framework_id,
+                name=current.info.name,
+                reason=reason,
+            )
         if done is not None:
             done()
 

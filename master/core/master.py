@@ -23,7 +23,7 @@ from agora.master.core import (
     recovery,
     tasks,
 )
-from agora.master.core.actions import Action, Peer
+from agora.master.core.actions import Action, Notice, Peer
 from agora.master.core.config import MasterConfig
 from agora.master.core.state import Agent, AgentStatus, Framework, MasterState
 from agora.master.registry import Registry
@@ -72,7 +72,9 @@ _FRAMEWORK_CALLS: dict[type[Any], _FrameworkHandler] = {
     Reconcile: lambda st, _p, fw, m, now: tasks.on_reconcile(st, fw, m, now),
     SendMessage: lambda st, _p, fw, m, _now: tasks.on_message(st, fw, m),
     Request: lambda st, p, fw, m, now: frameworks.on_request(st, p, fw, m, now),
-    Teardown: lambda st, _p, fw, _m, now: frameworks.remove_framework(st, fw, now),
+    Teardown: lambda st, _p, fw, _m, now: frameworks.remove_framework(
+        st, fw, now, reason="torn down by its scheduler"
+    ),
 }
 
 #: Messages a registered agent may send.
@@ -179,6 +181,12 @@ class Master:
         """The transport lost ``peer`` (a scheduler's connection closed or timed out)."""
         frameworks.disconnect(self._st, peer, now)
         return self._finish(now)
+
+    def notices(self) -> list[Notice]:
+        """What happened since the last call that an operator should read in the log."""
+        out = list(self._st.notices)
+        self._st.notices.clear()
+        return out
 
     def tick(self, now: float) -> list[Action]:
         """Timers: pings, failover and offer timeouts, gang holds, heartbeats, batch allocation."""

@@ -256,10 +256,17 @@ def _teardown(call: _Call, msg: TeardownFramework, now: float) -> None:
                 st.send(fw.peer, why)
             call.done(text)
 
-        frameworks.remove_framework(st, fw, now, done=removed, abandon=call.lost)
+        frameworks.remove_framework(
+            st, fw, now, reason="torn down by an operator", done=removed, abandon=call.lost
+        )
     elif framework_id in st.absent_frameworks:
         frameworks.remove_absent(
-            st, framework_id, now, done=lambda: call.done(text), abandon=call.lost
+            st,
+            framework_id,
+            now,
+            reason="torn down by an operator",
+            done=lambda: call.done(text),
+            abandon=call.lost,
         )
     elif framework_id in st.removed_frameworks or st.registry.is_removed_framework(framework_id):
         call.done(f"framework {framework_id} was already removed")

@@ -5,18 +5,23 @@ re-register; allocation waits until ``recovery_agent_share`` of them are back or
 ``recovery_hold_off`` has passed, so the first offers are not made from a half-known cluster.
 Agents still missing after ``agent_reregister_timeout`` are recorded unreachable in the registry
 (without status updates: frameworks learn by reconciling, as in Mesos). Frameworks of the registry
-get their ``failover_timeout`` from activation to re-subscribe.
+get a re-subscription window (``resubscribe_window``) and then their own ``failover_timeout``:
+a framework's failover clock starts only when it disconnects from a leader it subscribed with,
+so a scheduler that simply follows the leader change keeps its tasks whatever its timeout
+(``agora run``'s is 0). Frameworks the registry does not know but re-registering agents run tasks
+for get the same window.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from agora.master.core.state import MasterState
 from agora.master.registry import MarkUnreachable
+from agora.sdk.ids import FrameworkID
 
-__all__ = ["activate", "allocation_allowed", "expire_recovery"]
+__all__ = ["activate", "allocation_allowed", "expect_frameworks", "expire_recovery"]
 
 
 def activate(st: MasterState, now: float) -> None:
@@ -34,9 +39,25 @@ def activate(st: MasterState, now: float) -> None:
     if st.recovering_agents:
         st.allocation_held_until = now + cfg.recovery_hold_off
         st.recovery_deadline = now + cfg.agent_reregister_timeout
+    window = cfg.resubscribe_window
     st.absent_frameworks = {
-        fid: now + entry.failover_timeout for fid, entry in sorted(reg.frameworks.items())
+        fid: now + window + max(entry.failover_timeout, 0.0)
+        for fid, entry in sorted(reg.frameworks.items())
     }
+
+
+def expect_frameworks(st: MasterState, framework_ids: Iterable[FrameworkID]) -> None:
+    """Frameworks a re-registered agent runs tasks for that this leader has neither seen nor
+    expects: they get the re-subscription window counted from activation (their failover timeout
+    is unknown), then their tasks are killed like any absent framework's."""
+    deadline = st.leader_since + st.config.resubscribe_window
+    for framework_id in sorted(set(framework_ids)):
+        if (
+            framework_id not in st.frameworks
+            and framework_id not in st.absent_frameworks
+            and framework_id not in st.removed_frameworks
+        ):
+            st.absent_frameworks[framework_id] = deadline
 
 
 def allocation_allowed(st: MasterState, now: float) -> bool:

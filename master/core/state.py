@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from agora.master.allocator import Allocator
-from agora.master.core.actions import Action, Peer, Propose, Send
+from agora.master.core.actions import Action, Notice, Peer, Propose, Send
 from agora.master.core.config import MasterConfig
 from agora.master.registry import Operation, Registry
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, GangID, OfferID, TaskID
@@ -151,6 +151,8 @@ class MasterState:
     tasks: dict[TaskKey, Task] = field(default_factory=dict)
     offers: dict[OfferID, OutstandingOffer] = field(default_factory=dict)
     outbox: list[Action] = field(default_factory=list)
+    #: What the shell should log (bounded: a shell that never asks loses the oldest).
+    notices: deque[Notice] = field(default_factory=lambda: deque(maxlen=1000))
     #: Agents whose free resources changed since the last allocation.
     dirty_agents: set[AgentID] = field(default_factory=set)
     #: A full allocation pass is owed at the next tick (new framework, revive, ...).
@@ -232,6 +234,10 @@ class MasterState:
         agent = self.agents.get(agent_id)
         if agent is not None and agent.status is AgentStatus.ACTIVE:
             self.send(agent.peer, message)
+
+    def notice(self, event: str, **fields: object) -> None:
+        """Ask the shell to log ``event`` with ``fields``."""
+        self.notices.append(Notice(event, tuple((k, str(v)) for k, v in fields.items())))
 
     # --- tasks -------------------------------------------------------------------------
     def add_task(self, task: Task) -> None:

@@ -277,6 +277,13 @@ OPTIONS: tuple[Option, ...] = (
         "after a failover, agents not back this long are marked unreachable",
     ),
     Option(
+        "framework_reregister_timeout",
+        optional_seconds,
+        None,
+        "after a failover, frameworks have this long to re-subscribe before their own"
+        " failover timeout counts (default: --agent-reregister-timeout)",
+    ),
+    Option(
         "recovery_hold_off",
         non_negative_seconds,
         2.0,
@@ -403,6 +410,7 @@ def settings_from(values: Mapping[str, Any]) -> DaemonSettings:
         weights=dict(values["weights"]),
         quotas=quotas,
         agent_reregister_timeout=values["agent_reregister_timeout"],
+        framework_reregister_timeout=values["framework_reregister_timeout"],
         recovery_hold_off=values["recovery_hold_off"],
         recovery_agent_share=values["recovery_agent_share"],
     )

@@ -6,6 +6,8 @@ With ``MasterConfig(replicated=True)`` the core asks its daemon to replicate eac
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from agora.master.core import Master, MasterConfig
 from agora.master.core.actions import Action, Propose, Send
 from agora.master.registry import (
@@ -190,18 +192,20 @@ def test_a_framework_that_never_comes_back_after_failover_loses_its_tasks() -> N
     fid = FrameworkID("e1-F1")
     registry.apply(UpsertFramework(framework=FrameworkEntry(framework_id=fid, failover_timeout=60)))
     registry.apply(AdmitAgent(agent=AgentEntry(agent_id=AgentID("e1-A1"), hostname="h1")))
-    master = Master(REPLICATED, registry=registry, now=0.0)
+    cfg = replace(REPLICATED, framework_reregister_timeout=30.0)
+    master = Master(cfg, registry=registry, now=0.0)
     task = TaskInfo(
         name="t1", task_id="t1", resources=Resources.parse("cpus:1;mem:64"), agent_id="e1-A1"
     )
     running = AgentTask(framework_id=fid, task=task, state=TaskState.RUNNING, role="*")
     msg = ReregisterAgent(agent_id=AgentID("e1-A1"), agent_info=INFO, tasks=(running,))
     master.handle("a1", msg, 1.0)
-    assert not proposals(master.tick(59.0))
-    [p] = proposals(master.tick(60.0))
+    # The re-subscription window (30 s) first, then its own failover timeout (60 s).
+    assert not proposals(master.tick(89.0))
+    [p] = proposals(master.tick(90.0))
     assert p.op == RemoveFramework(framework_id=fid)
     registry.apply(p.op)
-    out = master.committed(p.seq, 60.1)
+    out = master.committed(p.seq, 90.1)
     assert [m.task_id for m in messages(out, KillTask)] == ["t1"]  # type: ignore[attr-defined]
     assert fid in master.state.removed_frameworks
     assert master.state.allocator.available(AgentID("e1-A1")) == INFO.resources
