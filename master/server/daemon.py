@@ -549,6 +549,10 @@ class MasterDaemon:
         send = self._server.send
         history = self._history
         local = self._local
+        core = self._core
+        if core is not None:
+            for notice in core.notices():
+                log.warning(notice.event, **dict(notice.fields))
         for action in actions:
             if isinstance(action, Propose):
                 self._spawn(self._propose(action), "master-propose")
