@@ -143,8 +143,8 @@ def find_sandbox(
             when = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(collected[0]))
             raise FileReadError(
                 410,
-                f"the sandbox of task {task_id!r} was garbage-collected at {when} "
-                "(the agent's --gc-delay had passed): its output is gone",
+                f"the sandbox of task {task_id} was garbage-collected at {when}, after the "
+                "agent's --gc-delay (shorter as its disk fills): its output is gone",
             )
         raise FileReadError(404, f"no sandbox of task {task_id!r} on this agent")
     root = os.path.realpath(work_dir)

@@ -180,7 +180,8 @@ async def print_task_output(
         elif status == 404 and follow and not terminal:
             pass  # the sandbox may not exist yet
         elif status == 410:  # the agent's sandbox garbage collection deleted it
-            raise CliError(f"task {task_id}: {body.get('error', 'its sandbox was collected')}")
+            default = f"the sandbox of task {task_id} was garbage-collected: its output is gone"
+            raise CliError(str(body.get("error", default)))
         else:
             raise CliError(f"the agent refused: {body.get('error', status)} (HTTP {status})")
         if not follow or terminal:
