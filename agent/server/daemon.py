@@ -616,6 +616,7 @@ class AgentDaemon:
                     self._history.to_master(action.message)
                 message = self._containment.to_master(action.message)
                 if isinstance(message, Pong):
+                    message = Pong(usage=self.disk.annotate(message.usage))
                     self.latest_usage = message.usage
                 self._outbox.append((None, message))
                 queued = True

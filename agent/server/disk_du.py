@@ -6,7 +6,8 @@ would: the blocks allocated to everything under it, symlinks not followed, other
 (mounts) not entered, hard links counted once, and at most ``max_entries`` entries per sandbox
 (past that the size is a lower bound, which still catches a sandbox far over its limit). The
 sizes go to the core (``Agent.disk_usage``), which kills what is over its ``disk``, unless
-``--no-enforce-container-disk-quota``; the latest sizes are kept for the usage report.
+``--no-enforce-container-disk-quota``; the latest sizes ride on the heartbeat's container usage
+(``disk_used_bytes``, ``disk_limit_bytes``: :meth:`DiskIsolator.annotate`).
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ import os
 import stat
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 import structlog
 from agora.agent.core import Agent
 from agora.agent.core.limits import DiskKey, DiskTarget
+from agora.sdk.messages import ContainerUsage
 
 __all__ = ["DEFAULT_MAX_ENTRIES", "DiskIsolator", "DiskUse", "sandbox_size"]
 
@@ -112,6 +114,34 @@ class DiskIsolator:
         self._max_entries = max_entries
         #: The latest measurement of every container measured last time.
         self.latest: dict[DiskKey, DiskUse] = {}
+
+    def annotate(self, usage: tuple[ContainerUsage, ...]) -> tuple[ContainerUsage, ...]:
+        """A heartbeat's container usage with the latest sandbox sizes: on the containers it
+        has, and for measured containers it lacks (an agent without cgroups)."""
+        if not self.latest:
+            return usage
+        out = []
+        done = set()
+        for u in usage:
+            key = (u.framework_id, u.executor_id, u.task_id)
+            disk = self.latest.get(key)
+            if disk is not None:
+                done.add(key)
+                u = replace(u, disk_used_bytes=disk.used_bytes, disk_limit_bytes=disk.limit_bytes)
+            out.append(u)
+        for (fid, eid, tid), disk in self.latest.items():
+            if (fid, eid, tid) not in done:
+                out.append(
+                    ContainerUsage(
+                        framework_id=fid,
+                        executor_id=eid,
+                        task_id=tid,
+                        disk_used_bytes=disk.used_bytes,
+                        disk_limit_bytes=disk.limit_bytes,
+                        timestamp=disk.when,
+                    )
+                )
+        return tuple(out)
 
     async def run(self) -> None:
         while True:

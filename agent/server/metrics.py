@@ -17,6 +17,7 @@ Reported (all gauges unless marked counter):
   disk, gpus the agent offers, and what its live tasks and custom executors hold.
 - ``agora_agent_status_updates_pending``: status updates not yet acknowledged by the master.
 - ``agora_agent_container_cpu_seconds``, ``agora_agent_container_memory_rss_bytes``,
+  ``agora_agent_container_disk_used_bytes``,
   ``agora_agent_containers_sampled``: sums over the containers in the latest usage sample (taken
   at the master's last PING); absent while there is none.
 - ``agora_agent_messages_received`` and ``agora_agent_bad_frames_received`` (counters, exposed
@@ -142,6 +143,11 @@ def _usage_metrics(usage: tuple[ContainerUsage, ...]) -> Iterator[Metric]:
         "agora_agent_container_memory_rss_bytes",
         "resident memory of the containers in the latest usage sample, summed",
         sum(u.rss_bytes for u in usage),
+    )
+    yield _gauge(
+        "agora_agent_container_disk_used_bytes",
+        "sandbox size of the containers in the latest usage sample (disk/du isolator), summed",
+        sum(u.disk_used_bytes for u in usage),
     )
 
 

@@ -184,6 +184,8 @@ def _usage(u: ContainerUsage) -> dict[str, Any]:
         "rss_bytes": u.rss_bytes,
         "mem_limit_bytes": u.mem_limit_bytes,
         "cpu_limit": u.cpu_limit,
+        "disk_used_bytes": u.disk_used_bytes,
+        "disk_limit_bytes": u.disk_limit_bytes,
         "timestamp": u.timestamp,
     }
 

@@ -97,7 +97,8 @@ class ContainerInfo(Record):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ContainerUsage(Record):
     """One container's resource use, sampled by its agent. ``task_id`` is None for a custom
-    executor's container (which holds all its tasks). Limits of 0 mean none."""
+    executor's container (which holds all its tasks). Limits of 0 mean none. ``disk_*``: its
+    sandbox's size and ``disk`` limit, as the agent's disk/du isolator last measured them."""
 
     framework_id: FrameworkID
     executor_id: ExecutorID
@@ -107,3 +108,5 @@ class ContainerUsage(Record):
     mem_limit_bytes: _Bytes = 0
     cpu_limit: Annotated[float, Range(0, 1e6)] = 0.0
     timestamp: Timestamp = 0.0
+    disk_used_bytes: _Bytes = 0
+    disk_limit_bytes: _Bytes = 0

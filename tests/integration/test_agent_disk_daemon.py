@@ -10,13 +10,15 @@ import asyncio
 import json
 import os
 import re
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
-from agora.sdk.messages import Reason, StatusUpdateMessage, TaskState
-from support.agent_daemon_kit import FID, eventually, run, scenario, wait_for_executor
+from agora.agent.core.limits import MIB
+from agora.sdk.messages import Ping, Pong, Reason, StatusUpdateMessage, TaskState
+from support.agent_daemon_kit import FID, WAIT, eventually, run, scenario, wait_for_executor
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -79,6 +81,17 @@ def test_no_enforcement_only_measures(tmp_path: Path) -> None:
                 "the agent to see the task over its disk",
             )
             assert _updates_of(master.seen + master.backlog, "big") == [TaskState.RUNNING]
+            # The sizes ride on the heartbeat's container usage.
+            deadline = time.monotonic() + WAIT
+            while True:
+                await master.send(Ping())
+                pong = await master.expect(Pong)
+                usage = [u for u in pong.usage if u.task_id == "big"]
+                if usage and usage[0].disk_used_bytes >= 3 * MIB:
+                    break
+                assert time.monotonic() < deadline, pong
+                await asyncio.sleep(0.05)
+            assert usage[0].disk_limit_bytes == MIB
 
     run(main())
 
