@@ -1,4 +1,5 @@
-"""The init (pid 1) of a container's pid namespace: forwards signals, reaps, exits with the task.
+"""The init (pid 1) of a container's pid namespace: forwards signals, reaps, exits with the task
+(after a SIGTERM: once every process of the container has exited).
 
 Runs in a forked child of the launcher, so it only makes syscalls. The signals it forwards and
 SIGCHLD are blocked before it is forked (a pid 1 drops unhandled signals, but never blocked ones)
@@ -70,19 +71,41 @@ def exit_code(status: int) -> int:
 
 
 def run_init(task: int) -> NoReturn:
-    """Serve as pid 1 until ``task`` exits, then exit with its code (which ends the namespace)."""
+    """Serve as pid 1 until the task is over, then exit with the task's code.
+
+    The task is over when ``task`` (pid 2) exits, unless a SIGTERM came first: then it is over
+    once every process of the container has exited, so that a clean-up started by the SIGTERM
+    (a shell's trap, a Python handler, a child still shutting down after the shell died) gets
+    to finish. Whoever sent the SIGTERM bounds that wait: at the end of the task's kill grace
+    period the executor SIGKILLs this init, which ends the namespace and all in it. Exiting
+    ends the namespace too (the kernel SIGKILLs whatever is left).
+    """
+    terminating = False
+    code: int | None = None  # the task's, once it has exited
     while True:
         info = signal.sigwaitinfo(WAITED)
         if info.si_signo != signal.SIGCHLD:
-            with contextlib.suppress(OSError):  # nobody left to signal
-                os.kill(-1, info.si_signo)
+            _forward(info.si_signo)
+            terminating = terminating or info.si_signo == signal.SIGTERM
             continue
         while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                os._exit(127)  # the task is gone without a trace: cannot happen
+            except ChildProcessError:  # nobody left in the namespace but this init
+                os._exit(127 if code is None else code)  # 127: cannot happen
             if pid == 0:
                 break
             if pid == task:
-                os._exit(exit_code(status))
+                code = exit_code(status)
+                if not terminating:
+                    os._exit(code)
+
+
+def _forward(signo: int) -> None:
+    """``signo`` to every process of the namespace (a SIGCONT after a SIGTERM: a stopped
+    process must run to see it)."""
+    with contextlib.suppress(OSError):  # nobody left to signal
+        os.kill(-1, signo)
+    if signo == signal.SIGTERM:
+        with contextlib.suppress(OSError):
+            os.kill(-1, signal.SIGCONT)

@@ -11,8 +11,9 @@ task container's cgroup totals, else the rusage of its process). Tasks labelled
 ``agora.stream_output=1`` also stream their output to the framework as framework messages, all
 of it before the terminal update. Kills: TASK_KILLING first when the framework has the
 TASK_KILLING_STATE capability, SIGTERM to the task's process group, SIGKILL after the task's
-kill_grace_period (default 3 s). Shutdown (SHUTDOWN_EXECUTOR or SIGTERM): every task killed, the
-grace bounded by the executor's shutdown grace period, then exit 0.
+kill_grace_period (default 3 s) unless all of the group has exited by then (the KILLED update
+says which; exit codes are 128+N for signal N). Shutdown (SHUTDOWN_EXECUTOR or SIGTERM): every
+task killed, the grace bounded by the executor's shutdown grace period, then exit 0.
 
 Containers: when the agent isolates tasks (AGORA_CONTAINER_CONFIG), each task runs in a container
 of its own (cgroup limits from its resources, namespaces, an image's root filesystem); a task the
@@ -32,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import os
 import pwd
-import signal
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -43,6 +43,7 @@ from agora.agent.containers.containerizer import container_name
 from agora.agent.containers.fetcher import Fetcher, FetchError, local_source_problem
 from agora.agent.executors.containment import TaskContainers
 from agora.agent.executors.health import HealthChecker, health_check_problem
+from agora.agent.executors.outcome import exit_message, kill_message
 from agora.agent.executors.tasks import RunAs, TaskProcess, TaskProcesses
 from agora.sdk.executor import (
     EXECUTOR_ENV_VARS,
@@ -85,18 +86,6 @@ def shutdown_kill_grace(shutdown_grace_period: float) -> float:
     """The most a task's kill grace may be during a shutdown: the executor's shutdown grace
     period minus max(0.5 s, 20 %), so the terminal updates get out before the agent's SIGKILL."""
     return max(0.0, min(shutdown_grace_period - 0.5, shutdown_grace_period * 0.8))
-
-
-def exit_message(returncode: int | None) -> str:
-    if returncode is None:
-        return "Command exit status unknown"
-    if returncode >= 0:
-        return f"Command exited with status {returncode}"
-    try:
-        name = signal.Signals(-returncode).name
-    except ValueError:
-        name = f"signal {-returncode}"
-    return f"Command terminated by signal {name}"
 
 
 @dataclass(eq=False, slots=True)
@@ -522,7 +511,7 @@ class CommandExecutor(Executor):
         self._driver.send_framework_message(encode_output(process.task_id, stream, chunk))
 
     def _exited(self, process: TaskProcess) -> None:
-        code = process.returncode
+        code = process.exit_code  # 128+N for signal N, in every isolation
         task_id = process.task_id
         self._kill_grace.pop(task_id, None)
         entry = self._tasks.get(task_id)
@@ -533,7 +522,10 @@ class CommandExecutor(Executor):
             limitation = self._containers.finish(task_id)
         self._reap_strays()
         reason: Reason | None = None
-        message = exit_message(code)
+        if process.killed:
+            message = kill_message(process.returncode, process.grace, process.escalated)
+        else:
+            message = exit_message(process.returncode)
         if limitation is not None:
             state = TaskState.FAILED
             reason, message = limitation

@@ -21,7 +21,7 @@ from agora.agent.containers.containerizer import (
 from agora.agent.containers.forkserver import ForkServer
 from agora.agent.containers.isolation import ContainerConfig
 from agora.agent.containers.launch import become_subreaper
-from agora.agent.executors.tasks import RunAs, Starter
+from agora.agent.executors.tasks import RunAs, Started, Starter
 from agora.sdk.ids import FrameworkID, TaskID
 from agora.sdk.messages import Reason, TaskInfo
 
@@ -69,6 +69,8 @@ class TaskContainers:
             return None
         name = container_name(self._framework_id, task.task_id)
         hostname = host_name_for(task.task_id)
+        # With a pid namespace the watched pid is the container's init (see launch.py).
+        init = "pid" in self.config.namespaces
 
         def start(
             argv: list[str],
@@ -77,7 +79,7 @@ class TaskContainers:
             stdin: int,
             stdout: int,
             stderr: int,
-        ) -> int:
+        ) -> Started:
             container = self._containerizer.launch(
                 name,
                 argv=argv,
@@ -93,7 +95,7 @@ class TaskContainers:
                 join_network=join_network,
             )
             self._live[task.task_id] = container
-            return container.pid
+            return Started(container.pid, init=init)
 
         return start
 

@@ -9,6 +9,12 @@ task sandbox around the call. A task that must run as another user goes through
 on the loop; when a task's process exits, whatever is left of its process group is SIGKILLed
 (as a container's teardown would) before it is reaped with ``wait4``, whose rusage gives the
 task's CPU time and peak RSS (its own and those of the descendants it waited for).
+
+A kill is SIGTERM to the task's process group (to a container's init alone: it passes it on to
+the whole container and waits for all of it), then SIGKILL to the group once the grace period
+is over. If the leader exits within the grace while others of its group still run (a shell that
+died on the SIGTERM while its child cleans up), the executor keeps the leader unreaped and waits
+for the rest of the group until the grace ends; the task ends when all of it has exited.
 """
 
 from __future__ import annotations
@@ -20,30 +26,54 @@ import signal
 import subprocess
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, NamedTuple
 
 import structlog
+from agora.agent.executors.pgroup import group_alive
+from agora.agent.executors.shell import SHELL, shell_argv, with_exec
 from agora.sdk.executor import MAX_OUTPUT_CHUNK
 from agora.sdk.ids import TaskID
 
-__all__ = ["DRAIN_TIMEOUT", "RunAs", "Starter", "TaskProcess", "TaskProcesses"]
+__all__ = [
+    "DRAIN_TIMEOUT",
+    "GROUP_POLL_INTERVAL",
+    "RunAs",
+    "Started",
+    "Starter",
+    "TaskProcess",
+    "TaskProcesses",
+]
 
 log = structlog.get_logger(__name__)
 
 #: How long output pipes may stay open after the task's process exited (held by a process that
 #: left the task's process group) before the executor stops reading them.
 DRAIN_TIMEOUT: Final = 1.0
+#: How often a killed task's process group is looked at while its leader has exited within the
+#: grace period and the rest of the group has not.
+GROUP_POLL_INTERVAL: Final = 0.05
 _FILE_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
 _DRAIN_READS_MAX: Final = 64
 # Python ignores these at start-up; a child's command must see the default dispositions.
 _DEFAULT_SIGNALS: Final = (signal.SIGPIPE, signal.SIGXFSZ)
 
 
+class Started(NamedTuple):
+    """What a :data:`Starter` started."""
+
+    #: The pid to watch: a child of this process, leader of its own process group.
+    pid: int
+    #: ``pid`` is a container's init (pid 1 of its own pid namespace): it passes a SIGTERM on to
+    #: every process of the container and exits once all have exited, so a kill's SIGTERM goes
+    #: to it alone (sent to its process group too, the task's processes would get two).
+    init: bool = False
+
+
 #: Starts a task's process another way than posix_spawn (in a container): called with the argv
 #: (``["/bin/sh", "-c", cmd]`` for shell commands, else unresolved), the environment, the sandbox,
-#: and the stdin/stdout/stderr descriptors; returns the pid to watch (a child of this process,
-#: leader of its own process group). Raises OSError or the launcher's error to fail the launch.
-Starter = Callable[[list[str], Mapping[str, str], str, int, int, int], int]
+#: and the stdin/stdout/stderr descriptors; returns what it started. Raises OSError or the
+#: launcher's error to fail the launch.
+Starter = Callable[[list[str], Mapping[str, str], str, int, int, int], Started]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +103,12 @@ class TaskProcess:
     pidfd: int = -1
     streams: dict[int, _Stream] = field(default_factory=dict)
     killed: bool = False  # a kill was requested: the task ends KILLED whatever its status
+    #: When the kill came (the loop's clock), and whether the grace period ran out with some of
+    #: the task still alive, so that it was SIGKILLed.
+    killed_at: float | None = None
+    escalated: bool = False
+    #: The pid is a container's init (see :class:`Started`).
+    init: bool = False
     returncode: int | None = None  # as subprocess: negative = terminated by that signal
     #: From the rusage of the reaped process (None until then, or when someone else reaped it).
     cpu_seconds: float | None = None  # user + system
@@ -81,7 +117,22 @@ class TaskProcess:
     sigkill: asyncio.TimerHandle | None = None
     sigkill_at: float | None = None
     drain: asyncio.TimerHandle | None = None
+    #: Looks again at the process group of a killed task whose leader has exited (see module).
+    linger: asyncio.TimerHandle | None = None
     popen: subprocess.Popen[bytes] | None = None
+
+    @property
+    def exit_code(self) -> int | None:
+        """The exit status as a shell gives it: the exit code, or 128+N if killed by signal N."""
+        code = self.returncode
+        return None if code is None else (128 - code if code < 0 else code)
+
+    @property
+    def grace(self) -> float | None:
+        """The grace period the kill gave (the last kill's, if one brought the SIGKILL forward)."""
+        if self.killed_at is None or self.sigkill_at is None:
+            return None
+        return max(0.0, self.sigkill_at - self.killed_at)
 
 
 class TaskProcesses:
@@ -170,12 +221,13 @@ class TaskProcesses:
                     err_r: _Stream("stderr", err_r, err),
                 }
             popen = None
+            init = False
             if starter is not None:
-                args = ["/bin/sh", "-c", argv[0]] if shell else list(argv)
-                pid = starter(args, env, sandbox, self._devnull, child_out, child_err)
+                args = shell_argv(argv[0]) if shell else list(argv)
+                pid, init = starter(args, env, sandbox, self._devnull, child_out, child_err)
             else:
                 if shell:
-                    path, args = "/bin/sh", ["sh", "-c", argv[0]]
+                    path, args = SHELL, ["sh", "-c", with_exec(argv[0])]
                 else:
                     path = _which(argv[0], env.get("PATH", os.defpath), sandbox)
                     args = list(argv)
@@ -191,7 +243,7 @@ class TaskProcesses:
         # The child holds its ends now; keep only what the executor reads or tees into.
         for fd in (child_out, child_err) if stream else (out, err):
             os.close(fd)
-        process = TaskProcess(task_id, pid, sandbox, streams=streams, popen=popen)
+        process = TaskProcess(task_id, pid, sandbox, streams=streams, popen=popen, init=init)
         try:
             process.pidfd = os.pidfd_open(pid)
         except OSError:
@@ -274,7 +326,8 @@ class TaskProcesses:
     # ------------------------------------------------------------------ signals
 
     def kill(self, task_id: TaskID, grace: float) -> bool:
-        """SIGTERM the task's process group, SIGKILL it after ``grace`` seconds.
+        """SIGTERM the task's process group, SIGKILL it after ``grace`` seconds unless all of it
+        has exited by then.
 
         False when there is no such live process, or it has exited already. A second kill only
         ever brings the SIGKILL forward.
@@ -289,8 +342,13 @@ class TaskProcesses:
                 self._schedule_sigkill(process, grace, now)
             return True
         process.killed = True
-        self._signal(process, signal.SIGTERM)
-        self._signal(process, signal.SIGCONT)  # a stopped process must see its SIGTERM
+        process.killed_at = now
+        if process.init:  # it passes the SIGTERM on, with a SIGCONT
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(process.pid, signal.SIGTERM)
+        else:
+            self._signal(process, signal.SIGTERM)
+            self._signal(process, signal.SIGCONT)  # a stopped process must see its SIGTERM
         self._schedule_sigkill(process, grace, now)
         return True
 
@@ -305,19 +363,26 @@ class TaskProcesses:
     def _schedule_sigkill(self, process: TaskProcess, grace: float, now: float) -> None:
         if process.sigkill is not None:
             process.sigkill.cancel()
-        if grace <= 0:
             process.sigkill = None
-            process.sigkill_at = now
-            self._signal(process, signal.SIGKILL)
+        process.sigkill_at = now + max(0.0, grace)
+        if grace <= 0:
+            self._sigkill(process)
             return
-        process.sigkill_at = now + grace
         process.sigkill = self._loop.call_at(process.sigkill_at, self._sigkill, process)
 
     def _sigkill(self, process: TaskProcess) -> None:
+        """The grace period is over: SIGKILL whatever is left of the task."""
         process.sigkill = None
-        if not process.reaped:
-            log.info("task_sigkill", task_id=process.task_id, pid=process.pid)
-            self._signal(process, signal.SIGKILL)
+        if process.reaped:
+            return
+        # The leader may have exited (a zombie until reaped): then only the rest counts.
+        process.escalated = group_alive(process.pid)
+        log.info("task_sigkill", task_id=process.task_id, pid=process.pid, alive=process.escalated)
+        self._signal(process, signal.SIGKILL)
+        if process.linger is not None:
+            process.linger.cancel()
+            process.linger = None
+            self._settle(process)
 
     @staticmethod
     def _signal(process: TaskProcess, signum: int) -> None:
@@ -350,6 +415,23 @@ class TaskProcesses:
         self._loop.remove_reader(process.pidfd)
         os.close(process.pidfd)
         process.pidfd = -1
+        if process.sigkill is not None and group_alive(process.pid):
+            # Killed, and within its grace: the rest of the group may still be cleaning up.
+            log.info("task_leader_exited_in_grace", task_id=process.task_id, pid=process.pid)
+            process.linger = self._loop.call_later(GROUP_POLL_INTERVAL, self._linger, process)
+            return
+        self._settle(process)
+
+    def _linger(self, process: TaskProcess) -> None:
+        process.linger = None
+        if process.sigkill is not None and group_alive(process.pid):
+            process.linger = self._loop.call_later(GROUP_POLL_INTERVAL, self._linger, process)
+            return
+        self._settle(process)
+
+    def _settle(self, process: TaskProcess) -> None:
+        """The task's process has exited (and, after a kill, its group within the grace): clear
+        what is left of the group, reap the process, finish once its output is drained."""
         # The leader is a zombie until reaped, so its group id is still ours: clear the group.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)
@@ -445,6 +527,8 @@ class TaskProcesses:
                 process.drain.cancel()
             if process.sigkill is not None:
                 process.sigkill.cancel()
+            if process.linger is not None:
+                process.linger.cancel()
             for fd in process.streams:
                 self._loop.remove_reader(fd)
             if process.pidfd >= 0:

@@ -141,7 +141,8 @@ class TaskStatus(Record):
     timestamp: Timestamp = 0.0
     unreachable_time: Timestamp | None = None
     data: bytes = b""
-    #: The command's exit status when it ended (negative: killed by that signal number).
+    #: The command's exit status when it ended, as a shell gives it: 128+N when killed by
+    #: signal N (older agents sent -N).
     exit_code: Annotated[int, Range(-255, 255)] | None = None
     #: On a terminal update, the task's CPU time (user + system, seconds) and peak memory: its
     #: container's cgroup totals, else the rusage of its process. None: not measured.

@@ -116,7 +116,9 @@ def test_pid_namespace_shows_only_the_task(output: Output, sandbox: Path) -> Non
 
 
 def test_sigterm_to_the_returned_pid_reaches_the_command(output: Output, sandbox: Path) -> None:
-    script = 'trap "echo got-term; exit 42" TERM; echo ready; sleep 30 & wait'
+    # "ready" once the sleep runs: one started after the SIGTERM would not have got it, and the
+    # init waits for every process of a container it passed a SIGTERM to.
+    script = 'trap "echo got-term; exit 42" TERM; sleep 30 & echo ready; wait'
     pid = spawn(run_spec(output, sandbox, script, namespaces=ns("pid")))
     wait_for(lambda: "ready" in output.text(), timeout=10, what="the task to start")
     os.kill(pid, signal.SIGTERM)

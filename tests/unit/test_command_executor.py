@@ -140,7 +140,7 @@ def test_echo_hello_runs_then_finishes_with_exit_code_0_and_its_sandbox(tmp_path
     run(scene(tmp_path, body))
 
 
-def test_exit_3_fails_with_exit_code_3_and_signals_give_negative_codes(tmp_path: Path) -> None:
+def test_exit_3_fails_with_exit_code_3_and_signals_give_128_plus_n(tmp_path: Path) -> None:
     async def body(s: Scene) -> None:
         await s.launch("t3", "exit 3")
         await s.launch("sig", "kill -USR1 $$")
@@ -149,8 +149,8 @@ def test_exit_3_fails_with_exit_code_3_and_signals_give_negative_codes(tmp_path:
         assert failed.exit_code == 3 and failed.message == "Command exited with status 3"
         signalled = await s.agent.wait_terminal("sig")
         assert signalled.state is TaskState.FAILED
-        assert signalled.exit_code == -signal.SIGUSR1
-        assert signalled.message == "Command terminated by signal SIGUSR1"
+        assert signalled.exit_code == 128 + signal.SIGUSR1
+        assert signalled.message == "Command terminated by signal SIGUSR1 (exit status 138)"
 
     run(scene(tmp_path, body))
 
@@ -263,8 +263,11 @@ def test_kill_reports_killed_with_the_signal(tmp_path: Path) -> None:
         pid = await pid_from_stdout(s, "k")
         await s.kill("k")
         final = await s.agent.wait_terminal("k")
-        assert final.state is TaskState.KILLED and final.exit_code == -signal.SIGTERM
-        assert final.message == "Command terminated by signal SIGTERM"
+        assert final.state is TaskState.KILLED and final.exit_code == 128 + signal.SIGTERM
+        assert final.message == (
+            "Command terminated by signal SIGTERM (exit status 143) "
+            "within its 3 s kill grace period"
+        )
         assert s.agent.states("k") == [TaskState.RUNNING, TaskState.KILLED]  # no capability
         assert not alive(pid)
         await s.kill("k")  # a kill for a finished task is ignored
@@ -314,7 +317,10 @@ def test_a_task_ignoring_sigterm_is_sigkilled_after_its_grace_period(tmp_path: P
         )
         took = arrived - sent
         final = s.agent.terminal("stubborn")
-        assert final is not None and final.exit_code == -signal.SIGKILL
+        assert final is not None and final.exit_code == 128 + signal.SIGKILL
+        assert final.message.endswith(
+            "SIGKILLed: still running when its 1.5 s kill grace period ran out"
+        )
         assert grace - 0.1 <= took <= grace + 1.5, took
 
     run(scene(tmp_path, body))
@@ -377,7 +383,7 @@ def test_shutdown_kills_every_task_and_exits_0(tmp_path: Path) -> None:
         assert s.agent.terminal("a").state is TaskState.KILLED  # type: ignore[union-attr]
         final_b = s.agent.terminal("b")
         assert final_b is not None and final_b.state is TaskState.KILLED
-        assert final_b.exit_code == -signal.SIGKILL
+        assert final_b.exit_code == 128 + signal.SIGKILL
         assert not any(alive(pid) for pid in pids)
         assert not [p for p in processes_under(s.root) if alive(p)]
 
