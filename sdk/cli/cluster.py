@@ -7,6 +7,10 @@ them in order: agents first, so that they stop their executors and tasks, then t
 child's stdout and stderr go to ``<work dir>/logs/<name>.log``. The batch service runs as
 ``python -m agora.frameworks.batch`` (a process: the SDK imports no framework); it is stopped
 first, leaving nothing of its own behind (its tasks end with the agents).
+
+Once up, every daemon keeps its ports: a lone master and the batch service are started again
+with the ports they first got (:meth:`LocalCluster.relaunch` restarts a daemon that died, see
+:mod:`agora.sdk.cli.supervision`), so the address files stay valid.
 """
 
 from __future__ import annotations
@@ -18,12 +22,14 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
+from urllib.parse import urlsplit
 
 from agora.sdk.cli.common import ask_master
+from agora.sdk.cli.restarts import RestartLimits, RestartPolicy
 
 __all__ = [
     "Child",
@@ -45,6 +51,7 @@ _AGENT_GRACE = 15.0  # an agent stops its executors (and their tasks) before it 
 _MASTER_GRACE = 5.0
 _RELEASE_TIMEOUT = 20.0  # the cgroup cleanup of agents that did not drain
 _SWEEP_GRACE = 3.0
+_LAUNCH_TIMEOUT = 10.0  # a restart under way when the cluster stops
 #: Settings the daemons would take from the environment but must not, here. The local cluster
 #: runs with CURVE off, and $AGORA_CURVE_SECRET_KEY / $AGORA_CURVE_SERVER_KEY may well be set for
 #: the CLI's own use (the master would read the first as its own secret key, the agents both as
@@ -94,18 +101,28 @@ class Child:
     log: Path
     proc: asyncio.subprocess.Process | None = None
     waiter: asyncio.Task[int] | None = field(default=None, repr=False)
+    #: When to start it again after a crash (see :mod:`agora.sdk.cli.restarts`).
+    policy: RestartPolicy = field(default_factory=RestartPolicy, repr=False)
+    #: How many times it was started again.
+    restarts: int = 0
 
     @property
     def running(self) -> bool:
         return self.proc is not None and self.proc.returncode is None
 
-    def describe_exit(self) -> str:
+    def exit_status(self) -> str:
+        """``was killed by signal 9``, ``exited with status 1``."""
         code = None if self.proc is None else self.proc.returncode
         if code is not None and code < 0:
-            how = f"was killed by signal {-code}"
-        else:
-            how = f"exited with status {code}"
-        return f"{self.name} {how} (log: {self.log})"
+            return f"was killed by signal {-code}"
+        return f"exited with status {code}"
+
+    def describe_exit(self) -> str:
+        return f"{self.name} {self.exit_status()} (log: {self.log})"
+
+    def log_tail(self) -> str:
+        """The last lines of its log, introduced on a line of their own ("" if none)."""
+        return _tail(self.log)
 
 
 class LocalCluster:
@@ -122,8 +139,10 @@ class LocalCluster:
         log_level: str = "info",
         python: str = sys.executable,
         batch: bool = False,
+        restart_limits: RestartLimits | None = None,
     ) -> None:
         self.work_dir = work_dir
+        self.restart_limits = restart_limits or RestartLimits()
         #: Where the batch service (``batch=True``) writes its HTTP API's URL.
         self.batch_url_file: Path | None = work_dir / "batch.url" if batch else None
         #: The batch service's URL once it is up.
@@ -142,6 +161,7 @@ class LocalCluster:
         self.agent_resources = agent_resources
         self.agent_names = [f"agent-{i}" for i in range(1, agents + 1)]
         self.children: list[Child] = []
+        self._launching: set[asyncio.Task[None]] = set()
 
     # ---------------------------------------------------------------- start
 
@@ -158,11 +178,13 @@ class LocalCluster:
         try:
             async with asyncio.timeout(timeout):
                 if len(self.master_names) == 1:
-                    await self._spawn("master", self._master_argv())
+                    master = await self._spawn("master", self._master_argv())
                     endpoint = await or_stop(self._read_file(self.endpoint_file), stop)
                     # (Written before the endpoint file, so already there.)
                     http_file = self.endpoint_file.with_name(self.endpoint_file.name + ".http")
                     self.http_urls = [await or_stop(self._read_file(http_file), stop)]
+                    # A restart takes the same ports: clients keep the address they were given.
+                    master.argv = self._master_argv(endpoint, _port_of(self.http_urls[0]))
                 else:
                     endpoint = await self._spawn_group()
                 self.endpoint = endpoint
@@ -170,20 +192,25 @@ class LocalCluster:
                     await self._spawn(name, self._agent_argv(name, endpoint))
                 await or_stop(self._registered(endpoint), stop)
                 if self.batch_url_file is not None:
-                    await self._spawn(BATCH, self._batch_argv(self.batch_url_file, endpoint))
+                    self.batch_url_file.unlink(missing_ok=True)
+                    argv = self._batch_argv(self.batch_url_file, endpoint)
+                    batch = await self._spawn(BATCH, argv)
                     self.batch_url = await or_stop(self._read_file(self.batch_url_file), stop)
+                    batch.argv = self._batch_argv(
+                        self.batch_url_file, endpoint, _port_of(self.batch_url)
+                    )
         except TimeoutError:
             raise ClusterError(
                 f"the cluster did not come up within {timeout:g}s (logs in {self.logs})"
             ) from None
         return endpoint
 
-    def _master_argv(self) -> list[str]:
+    def _master_argv(self, bind: str = "tcp://127.0.0.1:0", http_port: int = 0) -> list[str]:
         return [
             *(self.python, "-m", "agora.master.server"),
-            *("--bind", "tcp://127.0.0.1:0"),
+            *("--bind", bind),
             *("--endpoint-file", str(self.endpoint_file)),
-            *("--http-port", "0"),
+            *("--http-port", str(http_port)),
             *("--work-dir", str(self.work_dir / "master")),
             *("--log-level", self.log_level),
         ]
@@ -223,11 +250,19 @@ class LocalCluster:
         return argv
 
     async def _spawn(self, name: str, argv: list[str]) -> Child:
-        child = Child(name, argv, self.logs / f"{name}.log")
+        child = Child(
+            name, argv, self.logs / f"{name}.log", policy=RestartPolicy(self.restart_limits)
+        )
+        await self._launch(child)
+        self.children.append(child)
+        return child
+
+    async def _launch(self, child: Child) -> None:
+        """Start ``child``'s process (again) with its argv, its output appended to its log."""
         try:
             with open(child.log, "ab") as log:
-                child.proc = await asyncio.create_subprocess_exec(
-                    *argv,
+                proc = await asyncio.create_subprocess_exec(
+                    *child.argv,
                     env={k: v for k, v in os.environ.items() if k not in _DAEMON_ENV},
                     stdin=subprocess.DEVNULL,
                     stdout=log,
@@ -235,18 +270,26 @@ class LocalCluster:
                     start_new_session=True,
                 )
         except OSError as exc:
-            raise ClusterError(f"cannot start {name}: {exc}") from None
-        child.waiter = asyncio.ensure_future(child.proc.wait())
-        self.children.append(child)
-        return child
+            raise ClusterError(f"cannot start {child.name}: {exc}") from None
+        child.proc = proc
+        child.waiter = asyncio.ensure_future(proc.wait())
 
-    def _batch_argv(self, url_file: Path, endpoint: str) -> list[str]:
-        url_file.unlink(missing_ok=True)
+    async def relaunch(self, child: Child) -> None:
+        """Start a child that died again, on its work dir and ports. Raises ClusterError when it
+        cannot be started. The start itself is not cancelled with the caller: :meth:`stop`
+        waits for it, so a process started while the cluster stops is stopped too."""
+        launch = asyncio.ensure_future(self._launch(child))
+        self._launching.add(launch)
+        launch.add_done_callback(self._launching.discard)
+        await asyncio.shield(launch)
+
+    def _batch_argv(self, url_file: Path, endpoint: str, http_port: int = 0) -> list[str]:
         return [
             *(self.python, "-m", "agora.frameworks.batch"),
             *("--master", endpoint),
             *("--work-dir", str(self.work_dir / BATCH)),
             *("--endpoint-file", str(url_file)),
+            *("--http-port", str(http_port)),
             *("--log-level", self.log_level),
         ]
 
@@ -275,34 +318,6 @@ class LocalCluster:
             if not child.running:
                 raise ClusterError(child.describe_exit() + _tail(child.log))
 
-    # ---------------------------------------------------------------- run
-
-    async def wait_for_exit(self, on_tolerated: Callable[[Child], None] | None = None) -> Child:
-        """The first child whose exit ends the cluster: any agent, the master, or in a group
-        the master whose exit leaves no majority. Exits a group survives go to ``on_tolerated``
-        (a master may be killed to see another take over)."""
-        waiters = {c.waiter: c for c in self.children if c.waiter is not None}
-        group = len(self.master_names)
-        lost = 0
-        while True:
-            done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-            for waiter in done:
-                child = waiters.pop(waiter)
-                stood_down = child.name in self.agent_names and waiter.result() == 0
-                if child.name == BATCH or stood_down:
-                    # The cluster itself carries on: without the batch service, or without an
-                    # agent that left cleanly (an operator marked it gone: it was told to stop).
-                    if on_tolerated is not None:
-                        on_tolerated(child)
-                    continue
-                if child.name not in self.master_names or group == 1:
-                    return child
-                lost += 1
-                if lost > (group - 1) // 2:
-                    return child
-                if on_tolerated is not None:
-                    on_tolerated(child)
-
     # ---------------------------------------------------------------- stop
 
     async def stop(self, hurry: asyncio.Event) -> list[str]:
@@ -314,6 +329,10 @@ class LocalCluster:
         Returns what had to be killed, for the record.
         """
         forced: list[str] = []
+        if self._launching:  # a restart under way: let it finish, then stop what it started
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(_LAUNCH_TIMEOUT):
+                    await asyncio.gather(*self._launching, return_exceptions=True)
         services = [c for c in self.children if c.name == BATCH]
         agents = [c for c in self.children if c.name not in self.master_names and c.name != BATCH]
         masters = [c for c in self.children if c.name in self.master_names]
@@ -331,6 +350,14 @@ class LocalCluster:
         if undrained and os.geteuid() == 0:
             await _release_cgroups(self.python, [self.work_dir / c.name for c in undrained])
         return forced
+
+
+def _port_of(url: str) -> int:
+    """The port of ``tcp://host:port`` or ``http://host:port``."""
+    port = urlsplit(url).port
+    if port is None:
+        raise ClusterError(f"no port in {url!r}")
+    return port
 
 
 def free_ports(n: int) -> list[int]:

@@ -4,7 +4,9 @@ It prints the master's address on stdout (one line, nothing else) and records it
 ``$AGORA_HOME/master`` so that the other commands find it; progress and the log locations go to
 stderr. On Ctrl-C, SIGTERM or SIGHUP it stops every daemon (a second signal: kill at once),
 sweeps up whatever executor or task a daemon left behind, and removes the address file. A daemon
-that dies on its own is reported and ``agora local`` exits 1 after stopping the rest.
+that dies on its own is started again (:mod:`agora.sdk.cli.supervision`), each restart reported
+on stderr and in ``<work dir>/logs/local.log``; one that keeps crashing makes ``agora local`` stop
+the rest and exit 1.
 """
 
 from __future__ import annotations
@@ -12,20 +14,38 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from agora.sdk.cli.cluster import Child, ClusterError, LocalCluster, Stopped, or_stop
+import structlog
+from agora.sdk.cli.cluster import ClusterError, LocalCluster, Stopped, or_stop
 from agora.sdk.cli.common import CliError, positive_float
+from agora.sdk.cli.supervision import (
+    Crashed,
+    GaveUp,
+    Restarted,
+    StoodDown,
+    SupervisionEvent,
+    supervise,
+)
 from agora.sdk.discovery import agora_home
 from agora.sdk.logs import LOG_LEVELS
 from rich.console import Console
 from rich.markup import escape
 
-__all__ = ["add_parser", "cmd_local", "remove_address", "write_address"]
+__all__ = [
+    "add_parser",
+    "cmd_local",
+    "file_logger",
+    "remove_address",
+    "report_supervision",
+    "write_address",
+]
 
 _DESCRIPTION = """\
 Run one master and N agents on 127.0.0.1 (free ports) as child processes until Ctrl-C, with
@@ -35,7 +55,10 @@ Prints the master's address on stdout and records it in $AGORA_HOME/master (defa
 ~/.agora/master) so that agora run/state/tasks/kill find it. The daemons' logs go to
 DIR/logs/master.log and DIR/logs/agent-<i>.log, their state to DIR/master and DIR/agent-<i>.
 Ctrl-C, SIGTERM or SIGHUP stops them all (a second signal kills at once) and removes the address
-file. If a daemon dies on its own, the rest are stopped and agora local exits 1.
+file. A daemon that dies on its own is started again on its work dir and ports, after 0.5 s,
+then 1 s, 2 s, ... up to 10 s while it keeps dying; each restart is reported here and in
+DIR/logs/local.log. A daemon that crashes 5 times within 60 s makes agora local stop the rest
+and exit 1. An agent that exits with status 0 on its own (marked gone) is not started again.
 """
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -164,14 +187,10 @@ async def serve(cluster: LocalCluster, timeout: float, console: Console) -> int:
                 escape(f"agora local: batch service {cluster.batch_url} (agora batch submit …)")
             )
 
-        def tolerated(child: Child) -> None:
-            console.print(
-                f"[yellow]agora local: {escape(child.describe_exit())}; "
-                "the cluster carries on[/yellow]"
-            )
-
-        dead = await or_stop(cluster.wait_for_exit(tolerated), stop)
-        console.print(f"[red]agora local: {escape(dead.describe_exit())}[/red]")
+        with open(cluster.logs / "local.log", "a", encoding="utf-8") as log_file:
+            log = file_logger(log_file)
+            log.info("cluster_up", endpoint=endpoint, work_dir=str(cluster.work_dir))
+            await or_stop(supervise(cluster, lambda e: report_supervision(e, console, log)), stop)
         code = 1
     except Stopped:
         console.print("agora local: stopping")
@@ -190,6 +209,59 @@ async def serve(cluster: LocalCluster, timeout: float, console: Console) -> int:
             loop.remove_signal_handler(signo)
     console.print("agora local: stopped")
     return code
+
+
+def file_logger(file: Any) -> Any:
+    """A structlog logger writing key-value lines to ``file`` (``agora local``'s own log)."""
+    return structlog.wrap_logger(
+        structlog.WriteLogger(file),
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.KeyValueRenderer(key_order=["timestamp", "level", "event"]),
+        ],
+        # Not the CLI's own (quiet) filter: this log has every event.
+        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
+    )
+
+
+def report_supervision(event: SupervisionEvent, console: Console, log: Any) -> None:
+    """One line on stderr for each exit and each give-up; every event in the log."""
+    child = event.child
+    if isinstance(event, Crashed):
+        log.warning(
+            "daemon_restarting",
+            daemon=child.name,
+            status=event.status,
+            attempt=event.attempt,
+            delay=event.delay,
+        )
+        console.print(
+            f"[yellow]agora local: {escape(child.name)} {escape(event.status)}; restarting it "
+            f"in {event.delay:g} s (attempt {event.attempt}; log: {escape(str(child.log))})"
+            "[/yellow]"
+        )
+    elif isinstance(event, Restarted):
+        log.info("daemon_restarted", daemon=child.name, pid=event.pid, restarts=child.restarts)
+    elif isinstance(event, StoodDown):
+        log.info("daemon_stood_down", daemon=child.name, status=child.exit_status())
+        console.print(
+            f"[yellow]agora local: {escape(child.describe_exit())}; "
+            "the cluster carries on without it[/yellow]"
+        )
+    elif isinstance(event, GaveUp):
+        log.error(
+            "daemon_gave_up",
+            daemon=child.name,
+            status=event.status,
+            crashes=event.crashes,
+            window=event.window,
+        )
+        console.print(
+            f"[red]agora local: {escape(child.name)} crashed {event.crashes} times within "
+            f"{event.window:g} s (the last: {escape(event.status)}); giving up, stopping the "
+            f"cluster (log: {escape(str(child.log))})[/red]" + escape(child.log_tail())
+        )
 
 
 def write_address(

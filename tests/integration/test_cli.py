@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import selectors
 import signal
 import socket
@@ -353,7 +354,25 @@ def test_sigterm_to_local_leaves_no_process_behind(tmp_path: Path) -> None:
         _kill_everything(local)
 
 
-def test_a_dying_agent_stops_local_with_status_1_and_nothing_left(tmp_path: Path) -> None:
+def _agent_pids(local: Local, host: str) -> list[int]:
+    agent_dir = str((local.work / host).resolve())
+    return [
+        pid
+        for pid in cluster_pids(local.work)
+        if "agora.agent.server" in (cmd := _cmdline(pid)) and agent_dir in cmd
+    ]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def test_a_killed_agent_is_restarted_and_takes_its_task_back(tmp_path: Path) -> None:
+    """`agora local` starts a SIGKILLed agent again on its work dir: the agent recovers the
+    executor it left running, so the task lives on and can still be killed through it."""
     local = start_local(tmp_path)
     run: subprocess.Popen[str] | None = None
     try:
@@ -362,16 +381,45 @@ def test_a_dying_agent_stops_local_with_status_1_and_nothing_left(tmp_path: Path
             lambda: (t := local.task("orphan")) and t["state"] == "RUNNING" and t, 30, "RUNNING"
         )
         agents = json.loads(local.agora("agents", "--json").stdout)
-        host = next(a["hostname"] for a in agents if a["agent_id"] == task["agent_id"])
-        agent_dir = str((local.work / host).resolve())
-        (agent_pid,) = [
-            pid
-            for pid in cluster_pids(local.work)
-            if agent_dir in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-        ]
-        os.kill(agent_pid, signal.SIGKILL)  # its executor and task are orphaned
-        assert local.proc.wait(timeout=45) == 1
-        assert host in local.stderr_path.read_text()
+        killed_on = task["agent_id"]
+        host = next(a["hostname"] for a in agents if a["agent_id"] == killed_on)
+        (agent_pid,) = _agent_pids(local, host)
+        os.kill(agent_pid, signal.SIGKILL)  # its executor and task are orphaned, for a while
+        wait_for(
+            lambda: (
+                f"agora local: {host} was killed by signal 9; restarting it in 0.5 s (attempt 1"
+                in local.stderr_path.read_text()
+            ),
+            10,
+            "agora local to report the restart",
+        )
+        restarted = wait_for(
+            lambda: (pids := _agent_pids(local, host)) and pids != [agent_pid] and pids, 10, "pid"
+        )
+        assert len(restarted) == 1
+        # Back with the master (a kill sent before then would go to the dead agent's link)...
+        wait_for(
+            lambda: re.search(
+                rf"agent_reregistered .*hostname={host}\b",
+                (local.work / "logs" / "master.log").read_text(errors="replace"),
+            ),
+            30,
+            f"{host} to re-register",
+        )
+        # ... with the executor back: a kill goes through it and ends the task.
+        killed = wait_for(
+            lambda: (out := local.agora("kill", "orphan")).returncode == 0 and out, 30, "kill"
+        )
+        assert killed.returncode == 0
+        assert run.wait(timeout=30) == 128 + signal.SIGTERM
+        task = wait_for(
+            lambda: (t := local.task("orphan")) and t["state"] == "KILLED" and t, 15, "KILLED"
+        )
+        assert task["agent_id"] == killed_on
+        assert local.proc.poll() is None
+        log = (local.work / "logs" / "local.log").read_text()
+        assert f"event='daemon_restarted' daemon='{host}'" in log, log
+        assert local.stop() == 0
         wait_for(lambda: not cluster_pids(local.work), 10, "cluster processes to end")
         assert not (local.home / "master").exists()
     finally:
