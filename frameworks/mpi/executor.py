@@ -5,7 +5,13 @@ from a launcher (``exec``: ``/bin/sh -c`` in this container, output and exit cod
 and kills them with every descendant on ``kill``. On the rank-0 member it also writes the
 hostfile, serves the launchers on a unix socket and runs ``mpirun``, streaming its (tagged)
 output to the scheduler; the task ends FINISHED when ``mpirun`` exits 0, else FAILED with its
-exit code. A kill or shutdown stops ``mpirun`` and everything under this executor.
+exit code. A kill or shutdown stops ``mpirun`` and everything under this executor, and a kill is
+always answered (KILLED) within a bound, whatever is left behind.
+
+``mpirun``'s output comes through pipes of our own, not asyncio's: Open MPI starts each launcher
+(its ssh) in a process group of its own, so a launcher outlives a kill of mpirun's group and
+holds mpirun's stdout and stderr; with asyncio pipes, ``Process.wait()`` (Python 3.11) would not
+return until those pipes closed, and a launcher waiting for a lost member never closes them.
 
 The task's ``data`` is a msgpack map: ``member`` (its name), ``rank0`` (bool), and for rank 0
 ``hostfile`` (text), ``argv`` (mpirun's) and ``env`` (added to mpirun's environment).
@@ -37,6 +43,8 @@ CHUNK = 64 * 1024
 KILL_GRACE = 3.0
 #: After mpirun exits, how long its output may still drain.
 RELAY_GRACE = 2.0
+#: A kill is answered (KILLED) after at most this long, even if stopping everything is not done.
+STOP_DEADLINE = 2 * KILL_GRACE + RELAY_GRACE + 5.0
 
 
 class MemberExecutor(Executor):
@@ -95,12 +103,12 @@ class MemberExecutor(Executor):
             return
         log.info("mpi_member_killing", task_id=task_id)
         self.killed = True
-        await self._stop_everything()
+        await self._stop_bounded()
         self._end(TaskState.KILLED, "killed")
 
     async def shutdown(self, driver: ExecutorDriver) -> None:
         self.killed = True
-        await self._stop_everything()
+        await self._stop_bounded()
         if self.task_id is not None and not self.ended:
             self._end(TaskState.KILLED, "executor shut down")
 
@@ -124,25 +132,34 @@ class MemberExecutor(Executor):
         extra["AGORA_MPI_LAUNCH_SOCKET"] = socket_path
         if os.geteuid() == 0:  # mpirun refuses root without these
             extra["OMPI_ALLOW_RUN_AS_ROOT"] = extra["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+        # Our own pipes (see the module's docstring): wait() then waits for mpirun alone.
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
         try:
             self.mpirun = await asyncio.create_subprocess_exec(
                 *argv,
                 stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
+                stdout=out_w,
+                stderr=err_w,
                 env={**env, **extra},
                 cwd=sandbox,
                 start_new_session=True,
             )
         except OSError as exc:
+            os.close(out_r)
+            os.close(err_r)
             self._end(TaskState.FAILED, f"cannot start mpirun: {exc}")
             return
+        finally:
+            os.close(out_w)
+            os.close(err_w)
         proc = self.mpirun
         if self.killed:  # killed while it was being started: it must not outlive the task
+            os.close(out_r)
+            os.close(err_r)
             await self._stop_everything()
             return
-        assert proc.stdout is not None and proc.stderr is not None
-        relays = asyncio.gather(self._relay(proc.stdout, 1), self._relay(proc.stderr, 2))
+        relays = asyncio.gather(self._relay(out_r, 1), self._relay(err_r, 2))
         code = await proc.wait()
         try:  # what it wrote last; a launcher still holding the pipes must not hold us
             await asyncio.wait_for(asyncio.shield(relays), RELAY_GRACE)
@@ -158,10 +175,23 @@ class MemberExecutor(Executor):
         else:
             self._end(TaskState.FAILED, f"mpirun exited {code}", exit_code=code)
 
-    async def _relay(self, stream: asyncio.StreamReader, fd: int) -> None:
+    async def _relay(self, read_fd: int, fd: int) -> None:
+        """Relay mpirun's ``fd`` (read from ``read_fd``) until EOF; closes ``read_fd`` anyway."""
         assert self.driver is not None
-        while chunk := await stream.read(CHUNK):
-            self.driver.send_framework_message(encode("log", fd=fd, data=chunk))
+        pipe = os.fdopen(read_fd, "rb", buffering=0)
+        transport: asyncio.BaseTransport | None = None
+        try:
+            stream = asyncio.StreamReader(limit=CHUNK)
+            transport, _ = await asyncio.get_running_loop().connect_read_pipe(
+                lambda: asyncio.StreamReaderProtocol(stream), pipe
+            )
+            while chunk := await stream.read(CHUNK):
+                self.driver.send_framework_message(encode("log", fd=fd, data=chunk))
+        finally:
+            if transport is not None:
+                transport.close()
+            else:
+                pipe.close()
 
     def _on_launch(self, launch_id: str, host: str, cmd: str) -> None:
         assert self.driver is not None
@@ -172,6 +202,13 @@ class MemberExecutor(Executor):
         self.driver.send_framework_message(encode("cancel", id=launch_id))
 
     # ------------------------------------------------------------------ endings
+
+    async def _stop_bounded(self) -> None:
+        """Stop everything, but give up after STOP_DEADLINE: the kill is answered regardless."""
+        try:
+            await asyncio.wait_for(self._stop_everything(), STOP_DEADLINE)
+        except Exception as exc:  # TimeoutError, or whatever stopping ran into
+            log.warning("mpi_member_stop_incomplete", task_id=self.task_id, error=repr(exc))
 
     async def _stop_everything(self) -> None:
         proc = self.mpirun
@@ -184,7 +221,10 @@ class MemberExecutor(Executor):
             except TimeoutError:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
-                await proc.wait()
+                try:
+                    await asyncio.wait_for(proc.wait(), KILL_GRACE)
+                except TimeoutError:
+                    log.warning("mpi_mpirun_unkillable", pid=proc.pid)
         if self.remote is not None:
             log.info("mpi_remote_stopping")
             await self.remote.kill_all()
