@@ -7,6 +7,8 @@ without the type checker noticing.
 
 from __future__ import annotations
 
+import secrets
+
 __all__ = [
     "AgentID",
     "ExecutorID",
@@ -15,6 +17,7 @@ __all__ = [
     "OfferID",
     "TaskID",
     "id_problem",
+    "new_kill_id",
 ]
 
 _MAX_ID = 255
@@ -51,6 +54,12 @@ class GangID(_ID):
     """Names one gang REQUEST of a framework (chosen by the framework)."""
 
     __slots__ = ()
+
+
+def new_kill_id() -> str:
+    """A short random id for one KILL, carried to the agent and the executor and logged at
+    each hop as ``kill_id`` so that one kill can be followed through every log."""
+    return secrets.token_hex(6)
 
 
 def id_problem(value: str) -> str | None:

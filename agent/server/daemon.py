@@ -79,6 +79,7 @@ from agora.sdk.images import ImageStore
 from agora.sdk.messages import (
     ContainerUsage,
     Error,
+    KillTask,
     Message,
     Pong,
     UnregisterAgent,
@@ -539,6 +540,16 @@ class AgentDaemon:
         self.messages_received += 1
         if isinstance(message, Error):
             log.warning("master_error", code=message.code.value, message=message.message)
+        elif isinstance(message, KillTask):
+            task = self._core.state.tasks.get((message.framework_id, message.task_id))
+            log.info(
+                "kill_received",
+                framework_id=message.framework_id,
+                task_id=message.task_id,
+                kill_id=message.kill_id,
+                task_state=task.state.value if task is not None else None,
+                launched=task.launched if task is not None else None,
+            )
         if self._history.enabled:
             self._history.from_master(message, received.epoch, self._core.state.master_epoch)
         self._call("from_master", self._core.from_master, message, received.epoch, time.time())
@@ -622,6 +633,13 @@ class AgentDaemon:
                 queued = True
             elif isinstance(action, ToExecutor):
                 message = self._containment.to_executor(action.message)
+                if isinstance(message, KillTask):
+                    log.info(
+                        "kill_forwarded",
+                        task_id=message.task_id,
+                        kill_id=message.kill_id,
+                        peer=action.peer,
+                    )
                 self._outbox.append((action.peer, message))
                 queued = True
             elif isinstance(action, LaunchExecutor):

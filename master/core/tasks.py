@@ -116,10 +116,29 @@ def on_kill(st: MasterState, fw: Framework, msg: Kill, now: float) -> None:
         or (st.agents[task.agent_id].status is not AgentStatus.ACTIVE)
     ):
         # Unknown here, or on an agent out of reach: answer as reconciliation does.
+        st.notice(
+            "kill_answered_by_master",
+            framework_id=fw.framework_id,
+            task_id=msg.task_id,
+            kill_id=msg.kill_id,
+            why="unknown task" if task is None else "agent not reachable",
+        )
         reconcile_one(st, fw, ReconcileTask(task_id=msg.task_id, agent_id=msg.agent_id), now)
         return
-    if not is_final(task.state):
-        st.send_agent(task.agent_id, KillTask(framework_id=fw.framework_id, task_id=msg.task_id))
+    if is_final(task.state):
+        # Its agent already reported the end: the update stream carries the answer.
+        st.notice(
+            "kill_of_ended_task",
+            framework_id=fw.framework_id,
+            task_id=msg.task_id,
+            kill_id=msg.kill_id,
+            state=task.state.value,
+        )
+        return
+    st.send_agent(
+        task.agent_id,
+        KillTask(framework_id=fw.framework_id, task_id=msg.task_id, kill_id=msg.kill_id),
+    )
 
 
 def on_shutdown(st: MasterState, fw: Framework, msg: Shutdown) -> None:

@@ -30,6 +30,7 @@ from agora.master.server.leadership import Leadership
 from agora.master.server.stats import DaemonStats
 from agora.sdk.errors import ProtocolError
 from agora.sdk.history import History
+from agora.sdk.ids import new_kill_id
 from agora.sdk.messages import (
     AgentRegistered,
     AgentReregistered,
@@ -40,6 +41,8 @@ from agora.sdk.messages import (
     ErrorCode,
     Heartbeat,
     InstallSnapshot,
+    Kill,
+    KillTask,
     LeaderInfo,
     MasterMember,
     Message,
@@ -424,6 +427,8 @@ class MasterDaemon:
             message = checked
         if self._debug:
             log.debug("received", peer=peer, message=message.NAME)
+        if isinstance(message, Kill) and not message.kill_id:
+            message = replace(message, kill_id=new_kill_id())  # from an older driver
         if type(message) in _LOGGED_CALLS:
             log.info(_LOGGED_CALLS[type(message)], peer=peer, **_fields(message))
         async with self._lock:
@@ -577,6 +582,13 @@ class MasterDaemon:
                 continue
             if not delivered:
                 self.stats.messages_dropped += 1
+                if isinstance(message, KillTask):
+                    log.warning(
+                        "kill_undeliverable",
+                        peer=action.to,
+                        task_id=message.task_id,
+                        kill_id=message.kill_id,
+                    )
                 if self._debug:
                     log.debug("undeliverable", peer=action.to, message=message.NAME)
 
@@ -616,6 +628,15 @@ class MasterDaemon:
                 hostname=agent.info.hostname if agent is not None else None,
                 peer=action.to,
             )
+        elif isinstance(message, KillTask):
+            log.info(
+                "kill_sent",
+                framework_id=message.framework_id,
+                task_id=message.task_id,
+                kill_id=message.kill_id,
+                agent_id=core.state.agents_by_peer.get(action.to),
+                peer=action.to,
+            )
         elif isinstance(message, Subscribed):
             fw = core.state.frameworks.get(message.framework_id)
             log.info(
@@ -630,10 +651,12 @@ class MasterDaemon:
 _LOGGED_EVENTS: Final[dict[type[Message], str]] = {
     AgentRegistered: "agent_registered",
     AgentReregistered: "agent_reregistered",
+    KillTask: "kill_sent",
     Subscribed: "framework_subscribed",
 }
 
 _LOGGED_CALLS: Final[dict[type[Message], str]] = {
+    Kill: "kill_received",
     Teardown: "framework_teardown",
     UnregisterAgent: "agent_unregistering",
     **{call: "operator_call" for call in OPERATOR_CALLS},
@@ -643,6 +666,13 @@ _LOGGED_CALLS: Final[dict[type[Message], str]] = {
 def _fields(message: Message) -> dict[str, object]:
     if isinstance(message, Teardown):
         return {"framework_id": message.framework_id}
+    if isinstance(message, Kill):
+        return {
+            "framework_id": message.framework_id,
+            "task_id": message.task_id,
+            "agent_id": message.agent_id,
+            "kill_id": message.kill_id,
+        }
     if isinstance(message, OperatorKill):
         return {
             "call": message.NAME,

@@ -575,6 +575,12 @@ class ExecutorDriver:
         self._invoke(self._executor.launch_task_group, message.executor, message.task_group)
 
     def _on_kill_task(self, message: KillTask) -> None:
+        log.info(
+            "kill_received",
+            task_id=message.task_id,
+            kill_id=message.kill_id,
+            stopping=self.stopping,
+        )
         if self._for_us(message.framework_id, message.NAME):
             self._invoke(self._executor.kill_task, message.task_id)
 

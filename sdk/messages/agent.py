@@ -115,6 +115,8 @@ class KillTask(Message):
     NAME: ClassVar[str] = "KILL_TASK"
     framework_id: FrameworkID
     task_id: TaskID
+    #: The id of the KILL this carries out, logged at every hop ("" from an older sender).
+    kill_id: ShortStr = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

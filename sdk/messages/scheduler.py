@@ -104,6 +104,9 @@ class Kill(Message):
     framework_id: FrameworkID
     task_id: TaskID
     agent_id: AgentID | None = None
+    #: Names this kill in the logs of the master, the agent and the executor (``kill_id=``);
+    #: the scheduler driver mints one (:func:`agora.sdk.ids.new_kill_id`), the master one if empty.
+    kill_id: ShortStr = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

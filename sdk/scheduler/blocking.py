@@ -213,8 +213,9 @@ class BlockingSchedulerDriver:
     def suppress(self, roles: Sequence[str] = ()) -> None:
         self._driver.suppress(roles)
 
-    def kill(self, task_id: TaskID | str, agent_id: AgentID | str | None = None) -> None:
-        self._driver.kill(task_id, agent_id)
+    def kill(self, task_id: TaskID | str, agent_id: AgentID | str | None = None) -> str:
+        """KILL a task; returns the kill's id (``kill_id`` in the logs of every hop)."""
+        return self._driver.kill(task_id, agent_id)
 
     def shutdown_executor(self, agent_id: AgentID | str, executor_id: ExecutorID | str) -> None:
         self._driver.shutdown_executor(agent_id, executor_id)

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeAlias
 import structlog
 from agora.sdk.discovery import master_address, parse_masters
 from agora.sdk.errors import ProtocolError
-from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, OfferID, TaskID
+from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, OfferID, TaskID, new_kill_id
 from agora.sdk.logs import default_logging
 from agora.sdk.messages import (
     Accept,
@@ -865,10 +865,16 @@ class SchedulerDriver:
         self._suppressed.update(roles or self._info.roles)
         self._enqueue(Suppress(framework_id=fid, roles=tuple(roles)))
 
-    def kill(self, task_id: TaskID | str, agent_id: AgentID | str | None = None) -> None:
+    def kill(self, task_id: TaskID | str, agent_id: AgentID | str | None = None) -> str:
+        """KILL a task; returns the kill's id (``kill_id`` in the logs of every hop)."""
         fid = self._fid()
         agent = AgentID(agent_id) if agent_id is not None else None
-        self._enqueue(Kill(framework_id=fid, task_id=TaskID(task_id), agent_id=agent))
+        kill_id = new_kill_id()
+        log.info("kill_requested", framework_id=fid, task_id=task_id, kill_id=kill_id)
+        self._enqueue(
+            Kill(framework_id=fid, task_id=TaskID(task_id), agent_id=agent, kill_id=kill_id)
+        )
+        return kill_id
 
     def shutdown_executor(self, agent_id: AgentID | str, executor_id: ExecutorID | str) -> None:
         """SHUTDOWN: stop one executor (its tasks become LOST/KILLED)."""

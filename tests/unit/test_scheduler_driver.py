@@ -299,9 +299,10 @@ def test_kill_and_reconcile() -> None:
             await master.from_agent(agent, agent.update(fid, "t1", TaskState.RUNNING))
             await eventually(lambda: sched.states("t1") == [TaskState.RUNNING], "RUNNING")
 
-            driver.kill("t1")
+            kill_id = driver.kill("t1")
             await eventually(lambda: agent.of_type(KillTask), "KILL_TASK at the agent")
             assert agent.of_type(KillTask)[0].task_id == "t1"
+            assert agent.of_type(KillTask)[0].kill_id == kill_id != ""  # one id, every hop
             driver.kill("nope", agent.agent_id)  # unknown: the master answers as reconciliation
             await eventually(lambda: sched.states("nope") == [TaskState.LOST], "LOST for unknown")
 
