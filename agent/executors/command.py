@@ -48,6 +48,7 @@ from agora.agent.executors.tasks import RunAs, TaskProcess, TaskProcesses
 from agora.sdk.executor import (
     EXECUTOR_ENV_VARS,
     OUTPUT_LABEL,
+    OUTPUT_STREAMS,
     Executor,
     ExecutorDriver,
     encode_output,
@@ -125,6 +126,8 @@ class CommandExecutor(Executor):
         self._fetcher: Fetcher | None = None
         self._tasks: dict[TaskID, _Task] = {}
         self._kill_grace: dict[TaskID, float] = {}
+        #: Bytes of each task's stdout/stderr sent so far: the offset of the next chunk.
+        self._streamed: dict[tuple[TaskID, str], int] = {}
         self._killing_state = False
         self._user: str | None = None
         #: The containers' cgroup hierarchy, to read a task's totals (found on first use).
@@ -508,11 +511,17 @@ class CommandExecutor(Executor):
 
     def _output(self, process: TaskProcess, stream: str, chunk: bytes) -> None:
         assert self._driver is not None
-        self._driver.send_framework_message(encode_output(process.task_id, stream, chunk))
+        key = (process.task_id, stream)
+        offset = self._streamed.get(key, 0)
+        self._streamed[key] = offset + len(chunk)
+        message = encode_output(process.task_id, stream, chunk, offset)
+        self._driver.send_framework_message(message)
 
     def _exited(self, process: TaskProcess) -> None:
         code = process.exit_code  # 128+N for signal N, in every isolation
         task_id = process.task_id
+        for stream in OUTPUT_STREAMS:
+            self._streamed.pop((task_id, stream), None)
         self._kill_grace.pop(task_id, None)
         entry = self._tasks.get(task_id)
         limitation = None

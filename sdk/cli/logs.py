@@ -16,6 +16,7 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import AsyncIterator
 from typing import Any, Final
 
 from agora.sdk.cli.common import (
@@ -30,7 +31,14 @@ from agora.sdk.messages import AgentSummary, StateReply, TaskSummary
 from agora.sdk.messages.enums import is_terminal
 from agora.sdk.transport import CurveClient
 
-__all__ = ["add_parser", "agent_url", "cmd_logs", "print_task_output"]
+__all__ = [
+    "SandboxNotFound",
+    "add_parser",
+    "agent_url",
+    "cmd_logs",
+    "print_task_output",
+    "read_sandbox_file",
+]
 
 POLL_INTERVAL: Final = 0.5
 CHUNK: Final = 1 << 20
@@ -113,6 +121,51 @@ def _get(url: str, timeout: float) -> tuple[int, dict[str, Any]]:
         raise CliError(f"cannot read from the agent at {where}: {reason}") from None
 
 
+class SandboxNotFound(CliError):
+    """The agent has no such task file (yet, or any more)."""
+
+
+async def read_sandbox_file(
+    base: str,
+    task_id: str,
+    framework_id: str | None,
+    stream: str,
+    offset: int,
+    timeout: float,
+) -> AsyncIterator[tuple[str, int]]:
+    """Read a task's ``stream`` file from the agent at ``base`` from byte ``offset`` to its end as
+    it is now: yields ``(text, next offset)`` per chunk. CliError when the agent refuses
+    (:class:`SandboxNotFound` for a file it does not have), with one clear line when its sandbox
+    garbage collection deleted the sandbox."""
+    while True:
+        params: dict[str, str | int] = {
+            "task": task_id,
+            "file": stream,
+            "offset": offset,
+            "length": CHUNK,
+        }
+        if framework_id is not None:
+            params["framework"] = framework_id
+        query = urllib.parse.urlencode(params)
+        status, body = await asyncio.to_thread(_get, f"{base}/files/read?{query}", timeout)
+        if status == 200:
+            data = str(body.get("data", ""))
+            new_offset = int(body.get("next_offset", offset + len(data.encode())))
+            eof = int(body.get("eof_offset", new_offset))
+            progressed, offset = new_offset > offset, new_offset
+            if data:
+                yield data, offset
+            if offset < eof and progressed:
+                continue  # more is there already
+            return
+        if status == 404:
+            raise SandboxNotFound(f"the agent refused: {body.get('error', status)} (HTTP {status})")
+        if status == 410:  # the agent's sandbox garbage collection deleted it
+            default = f"the sandbox of task {task_id} was garbage-collected: its output is gone"
+            raise CliError(str(body.get("error", default)))
+        raise CliError(f"the agent refused: {body.get('error', status)} (HTTP {status})")
+
+
 async def _logs(args: argparse.Namespace) -> int:
     return await print_task_output(
         resolve_master(args),
@@ -157,33 +210,16 @@ async def print_task_output(
     offset = 0
     terminal = task is None or is_terminal(task.state)
     while True:
-        params: dict[str, str | int] = {
-            "task": task_id,
-            "file": stream,
-            "offset": offset,
-            "length": CHUNK,
-        }
-        if framework is not None:
-            params["framework"] = framework
-        query = urllib.parse.urlencode(params)
-        status, body = await asyncio.to_thread(_get, f"{base}/files/read?{query}", timeout)
-        if status == 200:
-            data = str(body.get("data", ""))
-            if data:
+        try:
+            reading = read_sandbox_file(base, task_id, framework, stream, offset, timeout)
+            async for data, next_offset in reading:
                 sys.stdout.write(data)
                 sys.stdout.flush()
-            new_offset = int(body.get("next_offset", offset + len(data.encode())))
-            eof = int(body.get("eof_offset", new_offset))
-            progressed, offset = new_offset > offset, new_offset
-            if offset < eof and progressed:
-                continue  # more is there already
-        elif status == 404 and follow and not terminal:
-            pass  # the sandbox may not exist yet
-        elif status == 410:  # the agent's sandbox garbage collection deleted it
-            default = f"the sandbox of task {task_id} was garbage-collected: its output is gone"
-            raise CliError(str(body.get("error", default)))
-        else:
-            raise CliError(f"the agent refused: {body.get('error', status)} (HTTP {status})")
+                offset = next_offset
+        except SandboxNotFound:
+            if not follow or terminal:
+                raise
+            # the sandbox may not exist yet
         if not follow or terminal:
             return 0
         await asyncio.sleep(POLL_INTERVAL)

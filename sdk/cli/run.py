@@ -30,7 +30,8 @@ from agora.sdk.cli.common import (
     resolve_curve,
     resolve_master,
 )
-from agora.sdk.executor import OUTPUT_LABEL, decode_output
+from agora.sdk.cli.run_output import OutputRelay, read_rest
+from agora.sdk.executor import OUTPUT_LABEL, decode_output_at
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, TaskID
 from agora.sdk.messages import (
     Filters,
@@ -194,6 +195,9 @@ class RunScheduler(Scheduler):
         self.relaunches = 0
         self.final: asyncio.Future[TaskStatus] = asyncio.get_running_loop().create_future()
         self.last_error: str | None = None
+        self.relay = OutputRelay()
+        #: Reading a gap in the output from the sandbox (at most one at a time).
+        self.filling: asyncio.Task[None] | None = None
 
     def note(self, text: str) -> None:
         if self.opts.verbose:
@@ -209,6 +213,7 @@ class RunScheduler(Scheduler):
         self.registered_event.set()
 
     def reregistered(self, driver: Any, master_info: MasterInfo) -> None:
+        self.relay.resubscribed = True  # output sent meanwhile may be lost: see read_rest
         self.registered_event.set()
 
     def offers(self, driver: Any, offers: list[Offer]) -> None:
@@ -243,11 +248,37 @@ class RunScheduler(Scheduler):
         self, driver: Any, agent_id: AgentID, executor_id: ExecutorID, data: bytes
     ) -> None:
         try:
-            task_id, stream, chunk = decode_output(data)
+            task_id, stream, chunk, offset = decode_output_at(data)
         except ValueError:
             return
         if task_id == self.task_id:
-            self.write(self.out if stream == "stdout" else self.err, chunk)
+            self.write_stream(stream, self.relay.chunk(stream, chunk, offset))
+            if self.relay.gaps and self.filling is None:
+                # A chunk was lost (a master failed over): read the gap from the sandbox now.
+                self.filling = asyncio.get_running_loop().create_task(self.fill(driver, agent_id))
+
+    async def fill(self, driver: Any, agent_id: AgentID) -> None:
+        """Read what the relay lost from the sandbox (CliError: noted; the next chunk past a gap,
+        or the task's end, tries again)."""
+        try:
+            await read_rest(
+                self.relay,
+                self.write_stream,
+                self.opts.master,
+                self.opts.curve,
+                self.opts.timeout,
+                driver.framework_id,
+                agent_id,
+                self.task_id,
+            )
+        except CliError as exc:
+            self.note(f"could not read the lost output yet: {exc}")
+        finally:
+            self.filling = None
+
+    def write_stream(self, stream: str, data: bytes) -> None:
+        if data:
+            self.write(self.out if stream == "stdout" else self.err, data)
 
     def error(self, driver: Any, message: str) -> None:
         # Reported when the driver stops over it; otherwise (a stale offer...) only noted.
@@ -272,6 +303,8 @@ async def run_task(opts: RunOptions, out: BinaryIO, err: BinaryIO) -> int:
     try:
         return await _supervise(opts, sched, driver, runner, interrupts)
     finally:
+        if sched.filling is not None:
+            sched.filling.cancel()
         for signo in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signo)
         await _stop(driver, runner)
@@ -312,10 +345,37 @@ async def _supervise(
         except (TimeoutError, _Interrupted):
             sched.write(sched.err, b"agora run: gave up waiting for the task to end\n")
             return 130
+    await _write_rest(opts, sched, driver, status)
     code, message = exit_code_for(status)
     if message:
         sched.write(sched.err, f"agora run: {message}\n".encode())
     return code
+
+
+async def _write_rest(
+    opts: RunOptions, sched: RunScheduler, driver: SchedulerDriver, status: TaskStatus
+) -> None:
+    """Output the relay lost (sent while a master failed over), from the task's sandbox."""
+    if sched.filling is not None:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.shield(sched.filling), opts.timeout)
+    if not sched.relay.incomplete or status.agent_id is None:
+        return
+    try:
+        await read_rest(
+            sched.relay,
+            sched.write_stream,
+            opts.master,
+            opts.curve,
+            opts.timeout,
+            driver.framework_id,
+            status.agent_id,
+            sched.task_id,
+        )
+    except CliError as exc:
+        if sched.relay.gaps:
+            lost = " and ".join(sorted(sched.relay.gaps))
+            sched.write(sched.err, f"agora run: some {lost} was lost on the way: {exc}\n".encode())
 
 
 class _Interrupted(Exception):

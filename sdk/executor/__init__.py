@@ -34,6 +34,7 @@ from agora.sdk.executor.output import (
     OUTPUT_LABEL,
     OUTPUT_STREAMS,
     decode_output,
+    decode_output_at,
     encode_output,
 )
 
@@ -48,6 +49,7 @@ __all__ = [
     "ExecutorDriver",
     "ExecutorEnvironment",
     "decode_output",
+    "decode_output_at",
     "encode_output",
     "run_executor",
 ]

@@ -36,8 +36,17 @@ def _running(local: Local) -> set[str]:
     return {t["task_id"] for t in local.tasks() if t["state"] == "RUNNING"}
 
 
+def _sandbox(local: Local, task_prefix: str) -> Path | None:
+    found = sorted(local.work.glob(f"agent-*/frameworks/*/executors/*/tasks/{task_prefix}*"))
+    return found[0] if found else None
+
+
 def test_agora_run_and_quickstart_survive_a_leader_sigkill(ha: Local) -> None:
-    run = ha.spawn("run", "--name", "survivor", "--", "sh", "-c", "sleep 12; echo survived")
+    # The task prints "during" once the leader is dead (the test then drops `go` in its
+    # sandbox): that chunk of output is lost on the way, as no master relays it, and agora run
+    # reads it back from the sandbox at the end.
+    script = "until [ -e go ]; do sleep 0.05; done; echo during; sleep 8; echo survived"
+    run = ha.spawn("run", "--name", "survivor", "--", "sh", "-c", script)
     quick = subprocess.Popen(
         [sys.executable, str(QUICKSTART), "3", "sleep 10; echo ok"],
         env=ha.env,
@@ -57,7 +66,10 @@ def test_agora_run_and_quickstart_survive_a_leader_sigkill(ha: Local) -> None:
         # leader is active and ticking for a while before either can re-subscribe.
         for proc in (run, quick):
             os.killpg(proc.pid, signal.SIGSTOP)
+        sandbox = _sandbox(ha, "survivor-")
+        assert sandbox is not None, "agora run's task has no sandbox"
         os.kill(_master_pid(ha, before["master_id"]), signal.SIGKILL)
+        (sandbox / "go").touch()
         wait_for(
             lambda: (s := _state(ha))["master_info"]["epoch"] > before["epoch"]
             and [a["status"] for a in s["agents"]] == ["ACTIVE", "ACTIVE"],
@@ -69,7 +81,7 @@ def test_agora_run_and_quickstart_survive_a_leader_sigkill(ha: Local) -> None:
 
         out, err = run.communicate(timeout=60)
         assert run.returncode == 0, f"agora run exited {run.returncode}: {err}"
-        assert "survived" in out
+        assert out.splitlines() == ["during", "survived"], out
         out, err = quick.communicate(timeout=60)
         assert quick.returncode == 0, f"quickstart exited {quick.returncode}: {out}{err}"
         # Each task ran once, to the end: none was killed by the failover and retried.

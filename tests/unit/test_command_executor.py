@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from agora.sdk.executor import MAX_OUTPUT_CHUNK, OUTPUT_LABEL, decode_output
+from agora.sdk.executor import MAX_OUTPUT_CHUNK, OUTPUT_LABEL, decode_output, decode_output_at
 from agora.sdk.ids import TaskID
 from agora.sdk.messages import (
     ExecutorToFramework,
@@ -217,8 +217,10 @@ def test_streamed_output_reaches_the_framework_before_the_terminal_update(tmp_pa
         for index, (_, _, message) in enumerate(s.agent.received):
             if isinstance(message, ExecutorToFramework):
                 assert terminal_at is None, "output after the terminal update"
-                task_id, stream, data = decode_output(message.data)
+                task_id, stream, data, offset = decode_output_at(message.data)
                 assert task_id == "st" and 0 < len(data) <= MAX_OUTPUT_CHUNK
+                # Each chunk says where it starts, so a reader can tell when one was lost.
+                assert offset == sum(len(c) for c in chunks[stream])
                 chunks[stream].append(data)
             elif isinstance(message, StatusUpdateMessage) and is_terminal(
                 message.update.status.state

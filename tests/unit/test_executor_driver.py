@@ -26,6 +26,7 @@ from agora.sdk.executor import (
     ExecutorDriver,
     ExecutorEnvironment,
     decode_output,
+    decode_output_at,
     encode_output,
 )
 from agora.sdk.ids import ExecutorID, FrameworkID, TaskID
@@ -491,6 +492,28 @@ def test_output_payload_round_trip_and_rejections() -> None:
         msgpack.packb({"task_id": "t", "stream": {}, "data": b""}),
         msgpack.packb({"task_id": "t", "stream": "stdout", "data": b"x" * (MAX_OUTPUT_CHUNK + 1)}),
     ]
+    bad_payloads += [
+        msgpack.packb({"task_id": "t", "stream": "stdout", "data": b"", "offset": -1}),
+        msgpack.packb({"task_id": "t", "stream": "stdout", "data": b"", "offset": "3"}),
+        msgpack.packb({"task_id": "t", "stream": "stdout", "data": b"", "offset": True}),
+    ]
     for payload in bad_payloads:
         with pytest.raises(ProtocolError):
             decode_output(payload)
+
+
+def test_output_payloads_carry_their_offset_and_tolerate_newer_keys() -> None:
+    assert decode_output_at(encode_output("t1", "stdout", b"abc", offset=70)) == (
+        "t1",
+        "stdout",
+        b"abc",
+        70,
+    )
+    assert decode_output_at(encode_output("t1", "stdout", b"abc")) == ("t1", "stdout", b"abc", None)
+    newer = msgpack.packb(
+        {"task_id": "t1", "stream": "stderr", "data": b"x", "offset": 1, "crc": 7},
+        use_bin_type=True,
+    )
+    assert decode_output(newer) == ("t1", "stderr", b"x")
+    with pytest.raises(ValueError):
+        encode_output("t1", "stdout", b"", offset=-2)
