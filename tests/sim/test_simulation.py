@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 from agora.sdk.messages import Ping, Pong, TaskState
+from support.sim.agent import AgentConfig
 from support.sim.clock import EventQueue, SimClock
 from support.sim.framework import FrameworkSpec, FwTask
 from support.sim.invariants import task_history_problem
@@ -121,6 +122,32 @@ def gangs() -> Scenario:
     )
 
 
+def gang_member_lost() -> Scenario:
+    """The vanishing kill of issue #15, as agora mpirun meets it: a member of a gang is lost
+    with its agent and the framework kills the others, whose executors sometimes swallow the
+    kill (as the MPI member executor did); pressed again with a SHUTDOWN, every kill must be
+    answered, and each KILL_TASK must carry its KILL's id."""
+    return Scenario(
+        "gang_member_lost",
+        [
+            FrameworkSpec("mpi", gangs=True, kill_gang_on_loss=True, max_active=8),
+            FrameworkSpec(
+                "mpi_aware",
+                gangs=True,
+                kill_gang_on_loss=True,
+                partition_aware=True,
+                failover_timeout=60.0,
+                max_active=8,
+            ),
+            FrameworkSpec("plain"),
+        ],
+        duration=400.0,
+        agent=AgentConfig(stuck_kill_probability=0.5, duration=(20.0, 60.0)),
+        agent_partitions=[Partitions(3, AFTER_PING_TIMEOUT)],
+        check_executors=False,
+    )
+
+
 def chaos() -> Scenario:
     """Everything at once (soak only, and one seed in the quick run)."""
     return Scenario(
@@ -150,6 +177,7 @@ SCENARIOS: dict[str, Callable[[], Scenario]] = {
         agent_partitions_heal_after_timeout,
         framework_failover,
         gangs,
+        gang_member_lost,
     )
 }
 
@@ -165,6 +193,9 @@ EXERCISED: dict[str, Callable[[dict[str, int]], bool]] = {
     ),
     "framework_failover": lambda s: s["subscriptions"] > 5 and s["frameworks_removed"] == 1,
     "gangs": lambda s: s["gangs_launched"] >= 5,
+    "gang_member_lost": lambda s: (
+        s["agents_marked_unreachable"] >= 2 and s["gang_kills"] > 0 and s["kills_swallowed"] > 0
+    ),
     "chaos": lambda s: s["frames_dropped"] > 0 and s["partitions"] > 0,
 }
 

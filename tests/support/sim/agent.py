@@ -18,6 +18,9 @@ Choices the real agent core has to make as well:
 * ``RunTask``/``KillTask`` before the agent knows it is registered are ignored, as a Mesos
   agent does; on ``AgentReregistered`` every stream's head is re-sent at once, as Mesos's
   status update manager does when it resumes.
+* With ``stuck_kill_probability``, the executor of a task with a custom executor swallows a
+  ``KillTask`` now and then, as the MPI member executor did when a launcher outlived mpirun
+  (issue #15): only a ``ShutdownExecutor`` (the framework pressing) ends such a task.
 """
 
 from __future__ import annotations
@@ -76,6 +79,8 @@ class AgentConfig:
     start_delay: tuple[float, float] = (0.05, 0.5)
     duration: tuple[float, float] = (2.0, 40.0)
     fail_probability: float = 0.1
+    #: How often the executor of a custom-executor task swallows a KILL_TASK (0: never).
+    stuck_kill_probability: float = 0.0
 
 
 @dataclass(slots=True)
@@ -118,6 +123,9 @@ class SimAgent:
         self.executors: dict[tuple[FrameworkID, ExecutorID], tuple[ExecutorInfo, set[str]]] = {}
         self.framework_infos: dict[FrameworkID, FrameworkInfo] = {}
         self.shut_down_frameworks: set[FrameworkID] = set()
+        #: The kill id of every KILL_TASK received, and how many an executor swallowed.
+        self.kill_ids: list[str] = []
+        self.kills_swallowed = 0
         self.reregistrations = 0
         self.ignored_before_registration = 0
         self.duplicate_runs: list[TaskKey] = []
@@ -227,6 +235,16 @@ class SimAgent:
             for task in tasks:
                 self._run(message.framework_id, task, message.executor.executor_id)
         elif isinstance(message, KillTask):
+            self.kill_ids.append(message.kill_id)
+            rec = self.tasks.get((message.framework_id, str(message.task_id)))
+            p = self.config.stuck_kill_probability
+            if p and rec is not None and rec.executor_id is not None and self.rng.random() < p:
+                # A stuck executor: the task neither ends nor answers until it is shut down.
+                self.kills_swallowed += 1
+                if rec.work is not None:
+                    rec.work.cancel()
+                    rec.work = None
+                return
             self._kill(message.framework_id, str(message.task_id))
         elif isinstance(message, StatusUpdateAck):
             self._ack(message)

@@ -10,7 +10,11 @@ It behaves as a careful Mesos scheduler should (docs/high-availability-framework
 * Tasks without news are reconciled; a task stuck without ever RUNNING (its launch was lost)
   is killed, repeatedly, until some terminal state arrives.
 * A gang framework REQUESTs one gang at a time and accepts a gang bundle whole, with one
-  LAUNCH_GROUP per agent.
+  LAUNCH_GROUP per agent. With ``kill_gang_on_loss`` it behaves as ``agora mpirun`` does: once
+  one member of a gang is over (ended, lost, unreachable) it kills the others, and kills those
+  that have not answered again after ``kill_resend`` seconds, with a SHUTDOWN of their
+  executor, until each answers.
+* Every KILL carries a fresh kill id, remembered so that the checks can follow it.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from agora.sdk.messages import (
     ReconcileTask,
     Request,
     Rescind,
+    Shutdown,
     Subscribe,
     Subscribed,
     TaskGroupInfo,
@@ -84,6 +89,11 @@ class FrameworkSpec:
     reconcile_after: float = 30.0
     #: Launched this long ago and never RUNNING: kill it (its launch was probably lost).
     kill_after: float = 90.0
+    #: Kill the rest of a gang once one of its members is over (as agora mpirun does).
+    kill_gang_on_loss: bool = False
+    #: A killed gang member that has not answered is killed again, with a SHUTDOWN of its
+    #: executor, this long after the previous kill.
+    kill_resend: float = 10.0
     implicit_reconcile_every: float = 120.0
 
 
@@ -101,6 +111,10 @@ class FwTask:
     last_news: float = 0.0
     kill_sent_at: float | None = None
     gang: GangID | None = None
+    executor_id: ExecutorID | None = None
+    #: The ids of the kills sent for it, and how many states it had heard at the first one.
+    kill_ids: list[str] = field(default_factory=list)
+    states_before_kill: int = 0
 
 
 class SimFramework:
@@ -134,6 +148,9 @@ class SimFramework:
         self.pending_gang: GangRequest | None = None
         self.gang_requested_at = 0.0
         self.gangs_launched = 0
+        #: Every kill id sent, with its task.
+        self.kills: dict[str, TaskID] = {}
+        self.gang_kills = 0
         self._serial = 0
         self._deciding: set[AgentID] = set()
         self._next_implicit = 0.0
@@ -245,6 +262,8 @@ class SimFramework:
                 kind = "master"
             task.kinds.append(kind)
             task.last_news = self.queue.clock.now
+            if self.spec.kill_gang_on_loss and task.gang is not None and _over(status.state):
+                self._kill_gang(task.gang)
         if status.uuid is not None and self.framework_id is not None:
             assert status.agent_id is not None, (
                 f"{self.name}: update with a uuid but no agent: {status}"
@@ -400,6 +419,7 @@ class SimFramework:
             return
         ops: list[Operation] = []
         infos: list[TaskInfo] = []
+        executors: dict[TaskID, ExecutorID] = {}
         slots_total = 0
         for part in parts:
             slots = _slots(part.resources, gang.shape)
@@ -407,6 +427,7 @@ class SimFramework:
             group = [self._task_info(part.agent_id, gang.shape) for _ in range(slots)]
             infos.extend(group)
             executor = self._executor(f"gang-{gang_id}-{part.agent_id}")
+            executors.update(dict.fromkeys((t.task_id for t in group), executor.executor_id))
             ops.append(LaunchGroup(executor=executor, task_group=TaskGroupInfo(tasks=tuple(group))))
         assert slots_total == gang.count, (
             f"{self.name}: gang {gang_id} offered {slots_total} slots of {gang.shape}, "
@@ -415,6 +436,8 @@ class SimFramework:
         self.pending_gang = None
         self.gangs_launched += 1
         self._record_launch(infos, gang_id)
+        for task_id, executor_id in executors.items():
+            self.tasks[task_id].executor_id = executor_id
         self._send(
             Accept(
                 framework_id=self.framework_id,
@@ -454,10 +477,24 @@ class SimFramework:
             if now - t.launched_at < self.spec.kill_after:
                 continue
             if t.kill_sent_at is None or now - t.kill_sent_at >= self.spec.reconcile_after:
-                t.kill_sent_at = now
-                self._send(
-                    Kill(framework_id=self.framework_id, task_id=t.task_id, agent_id=t.agent_id)
-                )
+                self._kill(t)
+        if self.spec.kill_gang_on_loss:  # gangs whose loss was heard while not subscribed
+            over = {t.gang for t in self.tasks.values() if t.gang and _over_any(t.states)}
+            for gang in sorted(over):
+                self._kill_gang(gang)
+        for t in self.tasks.values():
+            if not t.kill_ids or self._answered(t) or t.kill_sent_at is None:
+                continue
+            if t.gang is not None and now - t.kill_sent_at >= self.spec.kill_resend:
+                self._kill(t)  # pressed as agora mpirun presses: again, and its executor
+                if t.executor_id is not None:
+                    self._send(
+                        Shutdown(
+                            framework_id=self.framework_id,
+                            executor_id=t.executor_id,
+                            agent_id=t.agent_id,
+                        )
+                    )
         if now >= self._next_implicit:
             self._next_implicit = now + self.spec.implicit_reconcile_every
             self._send(Reconcile(framework_id=self.framework_id))
@@ -467,11 +504,56 @@ class SimFramework:
             self.pending_gang = None
         self._maybe_request_gang()
 
+    # --- kills -------------------------------------------------------------------------
+    def _kill(self, task: FwTask) -> None:
+        assert self.framework_id is not None
+        kill_id = f"{self.name}-k{len(self.kills) + 1}"
+        self.kills[kill_id] = task.task_id
+        if not task.kill_ids:
+            task.states_before_kill = len(task.states)
+        task.kill_ids.append(kill_id)
+        task.kill_sent_at = self.queue.clock.now
+        self._send(
+            Kill(
+                framework_id=self.framework_id,
+                task_id=task.task_id,
+                agent_id=task.agent_id,
+                kill_id=kill_id,
+            )
+        )
+
+    def _kill_gang(self, gang: GangID) -> None:
+        if not self.subscribed or self.framework_id is None:
+            return  # the resend in _periodic catches up once subscribed
+        for task in self.tasks.values():
+            if task.gang == gang and not task.kill_ids and not _over_any(task.states):
+                self.gang_kills += 1
+                self._kill(task)
+
+    @staticmethod
+    def _answered(task: FwTask) -> bool:
+        """A kill is answered by an update that ends the task for the framework, unless the
+        task is heard running again after it (its agent came back): then it is pressed again."""
+        after = task.states[task.states_before_kill :]
+        return bool(after) and _over(after[-1])
+
     def _reconcile(self, tasks: list[FwTask]) -> None:
         if not tasks or self.framework_id is None:
             return
         items = tuple(ReconcileTask(task_id=t.task_id, agent_id=t.agent_id) for t in tasks)
         self._send(Reconcile(framework_id=self.framework_id, tasks=items))
+
+
+#: A gang member in one of these is gone for its gang (agora mpirun's rule).
+_GONE = frozenset({TaskState.LOST, TaskState.GONE, TaskState.DROPPED, TaskState.UNREACHABLE})
+
+
+def _over(state: TaskState) -> bool:
+    return is_terminal(state) or state in _GONE
+
+
+def _over_any(states: list[TaskState]) -> bool:
+    return any(_over(s) for s in states)
 
 
 def _slots(have: Resources, shape: Resources) -> int:

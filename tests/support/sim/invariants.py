@@ -12,7 +12,9 @@ Online (after every delivered message and every tick), against the master's own 
   ``overcommit_grace`` seconds (a kill in flight while its resources are offered again);
 * one connection, one framework: a connected framework's peer is bound to that framework;
 * every message carries the master's epoch; no task is sent to an agent twice
-  (RUN_TASK / RUN_TASK_GROUP per (framework, task id) at most once).
+  (RUN_TASK / RUN_TASK_GROUP per (framework, task id) at most once);
+* every KILL_TASK the master sends carries the id of a KILL its framework sent for that task
+  (or none, when the master kills the tasks of a framework it removed).
 
 At the end, after partitions heal and the cluster quiesces:
 
@@ -24,6 +26,8 @@ At the end, after partitions heal and the cluster quiesces:
 * partition-aware frameworks never hear LOST; others never hear UNREACHABLE, GONE, DROPPED or
   UNKNOWN;
 * where an agent ran the task, the framework's last word is the agent's;
+* every kill is answered: a task a (surviving) framework killed ended for it afterwards
+  (terminal, or LOST when not partition-aware), whatever the kill ids it took;
 * nothing leaks: agents run nothing and hold no unacknowledged update; the master tracks no
   task; every active agent's resources are free or in outstanding offers.
 """
@@ -38,6 +42,7 @@ from agora.master.core.state import AgentStatus
 from agora.sdk.ids import AgentID, FrameworkID, OfferID
 from agora.sdk.messages import (
     ErrorCode,
+    KillTask,
     Offers,
     RunTask,
     RunTaskGroup,
@@ -117,6 +122,8 @@ class Invariants:
             elif isinstance(msg, RunTaskGroup):
                 for task in msg.task_group.tasks:
                     self._ran(msg.framework_id, str(task.task_id), send.to)
+            elif isinstance(msg, KillTask):
+                self._kill_sent(msg, send.to)
             elif isinstance(msg, Offers):
                 for offer in msg.offers:
                     assert offer.offer_id not in self.offered, (
@@ -124,6 +131,20 @@ class Invariants:
                         f"(to {send.to}, agent {offer.agent_id})"
                     )
                     self.offered.add(offer.offer_id)
+
+    def _kill_sent(self, msg: KillTask, to: str) -> None:
+        if not msg.kill_id:  # the master's own kill, of the tasks of a framework it removed
+            assert msg.framework_id not in self.master.state.frameworks, (
+                f"KILL_TASK for {msg.task_id} of live framework {msg.framework_id} to {to} "
+                "carries no kill id"
+            )
+            return
+        fw = next((f for f in self.frameworks if f.framework_id == msg.framework_id), None)
+        killed = fw.kills.get(msg.kill_id) if fw is not None else None
+        assert killed == msg.task_id, (
+            f"KILL_TASK for {msg.task_id} to {to} carries kill id {msg.kill_id!r}, "
+            f"which its framework sent for {killed}"
+        )
 
     def _ran(self, framework_id: FrameworkID, task_id: str, to: str) -> None:
         key = (framework_id, task_id)
@@ -318,7 +339,21 @@ class Invariants:
             problem = task_history_problem(task, pa)
             if problem is not None:
                 problems.append(f"{fw.name} task {task.task_id} on {task.agent_id}: {problem}")
+            problem = kill_problem(task, pa)
+            if problem is not None:
+                problems.append(f"{fw.name} task {task.task_id} on {task.agent_id}: {problem}")
         return problems
+
+
+def kill_problem(task: FwTask, partition_aware: bool) -> str | None:
+    """Why the kills of ``task`` were not answered (None if it was not killed, or was)."""
+    if not task.kill_ids:
+        return None
+    after = task.states[task.states_before_kill :]
+    last = after[-1] if after else None
+    if last is not None and (is_terminal(last) or (last is TaskState.LOST and not partition_aware)):
+        return None
+    return f"kills {task.kill_ids} never answered (heard {_history(task)})"
 
 
 def task_history_problem(task: FwTask, partition_aware: bool) -> str | None:

@@ -256,6 +256,9 @@ class Simulation:
         stats["agent_reregistrations"] = sum(a.reregistrations for a in self.agents)
         stats["subscriptions"] = sum(f.subscriptions for f in self.frameworks)
         stats["frameworks_removed"] = sum(f.removed for f in self.frameworks)
+        stats["kills_sent"] = sum(len(f.kills) for f in self.frameworks)
+        stats["gang_kills"] = sum(f.gang_kills for f in self.frameworks)
+        stats["kills_swallowed"] = sum(a.kills_swallowed for a in self.agents)
         for fw in self.frameworks:
             for task in fw.tasks.values():
                 if task.states:
