@@ -8,7 +8,7 @@ from agora.master.core import recovery
 from agora.master.core.actions import Peer
 from agora.master.core.offers import rescind_offers
 from agora.master.core.state import Agent, AgentStatus, MasterState, Task, TaskKey
-from agora.master.core.tasks import complete, is_final
+from agora.master.core.tasks import complete, is_final, resend_kills
 from agora.master.registry import (
     AdmitAgent,
     AgentEntry,
@@ -183,6 +183,7 @@ def _reconnect(
     for framework_id in sorted({at.framework_id for at in msg.tasks} & st.removed_frameworks):
         st.send(sender, ShutdownFramework(framework_id=framework_id))
     st.send(sender, AgentReregistered(agent_id=agent.agent_id, master_info=st.master_info))
+    resend_kills(st, agent, msg.tasks)
 
 
 def _readmit(
@@ -224,6 +225,7 @@ def _readmit(
     for framework_id in sorted(orphans):
         st.send(sender, ShutdownFramework(framework_id=framework_id))
     st.send(sender, AgentReregistered(agent_id=agent_id, master_info=st.master_info))
+    resend_kills(st, agent, reported)
 
 
 def _report(

@@ -106,6 +106,10 @@ class Task:
     released: bool = False
     #: The latest usage of the task's container its agent reported (None: none yet).
     usage: ContainerUsage | None = None
+    #: The id of the latest KILL sent to its agent (None: not killed). The KILL_TASK may have
+    #: gone to a connection the agent had just left, so it is sent again when the agent
+    #: re-registers still running the task (Mesos: the agent's ``killedTasks``).
+    kill_id: str | None = None
 
     @property
     def key(self) -> TaskKey:

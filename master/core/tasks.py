@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 
 from agora.master.core.state import Agent, AgentStatus, Framework, MasterState, Task, TaskKey
 from agora.sdk.messages import (
     Acknowledge,
+    AgentTask,
     ExecutorToFramework,
     ExitedExecutor,
     Failure,
@@ -41,6 +43,7 @@ __all__ = [
     "on_shutdown",
     "on_status_update",
     "reconcile_one",
+    "resend_kills",
 ]
 
 
@@ -135,10 +138,37 @@ def on_kill(st: MasterState, fw: Framework, msg: Kill, now: float) -> None:
             state=task.state.value,
         )
         return
+    task.kill_id = msg.kill_id
     st.send_agent(
         task.agent_id,
         KillTask(framework_id=fw.framework_id, task_id=msg.task_id, kill_id=msg.kill_id),
     )
+
+
+def resend_kills(st: MasterState, agent: Agent, reported: Iterable[AgentTask]) -> None:
+    """Kill again the tasks the agent reports still running that were killed: the first
+    KILL_TASK may have been lost with the connection the agent re-registers from."""
+    for at in reported:
+        task = st.tasks.get((at.framework_id, at.task.task_id))
+        if (
+            task is None
+            or task.kill_id is None
+            or task.agent_id != agent.agent_id
+            or is_final(at.state)
+            or is_final(task.state)
+        ):
+            continue
+        st.notice(
+            "kill_resent",
+            framework_id=at.framework_id,
+            task_id=at.task.task_id,
+            kill_id=task.kill_id,
+            agent_id=agent.agent_id,
+        )
+        st.send(
+            agent.peer,
+            KillTask(framework_id=at.framework_id, task_id=at.task.task_id, kill_id=task.kill_id),
+        )
 
 
 def on_shutdown(st: MasterState, fw: Framework, msg: Shutdown) -> None:

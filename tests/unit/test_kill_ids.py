@@ -1,13 +1,25 @@
-"""A kill's id travels with it: scheduler -> master -> agent -> executor (``kill_id`` in logs)."""
+"""A kill's id travels with it: scheduler -> master -> agent -> executor (``kill_id`` in logs);
+and a kill that may have gone to a connection the agent left is sent again when it re-registers.
+"""
 
 from __future__ import annotations
 
 import msgpack
 from agora.sdk import codec
-from agora.sdk.ids import FrameworkID, TaskID, new_kill_id
-from agora.sdk.messages import Kill, KillTask, RunTask, TaskState
+from agora.sdk.ids import AgentID, FrameworkID, TaskID, new_kill_id
+from agora.sdk.messages import (
+    AgentInfo,
+    AgentReregistered,
+    AgentTask,
+    Kill,
+    KillTask,
+    ReregisterAgent,
+    RunTask,
+    TaskState,
+)
+from agora.sdk.resources import Resources
 from support.agent_kit import FID, AgentHarness, config, to_executor
-from support.master_kit import Harness, of_type, offers_in, only, sent_to, updates_in
+from support.master_kit import Harness, of_type, offers_in, only, sent_to, task_info, updates_in
 
 
 def _running_task() -> tuple[Harness, str]:
@@ -19,6 +31,17 @@ def _running_task() -> tuple[Harness, str]:
     assert len(of_type(sent_to(out, "a1"), RunTask)) == 1
     h.agent_update("a1", fw, "t1", TaskState.RUNNING)
     return h, fw
+
+
+def _reregister_from(h: Harness, peer: str, fw: str, state: TaskState) -> list[object]:
+    agent = only(list(h.master.state.agents))
+    info = AgentInfo(hostname="a1", resources=Resources.parse("cpus:4;mem:4096"))
+    task = AgentTask(
+        task=task_info("t1", "cpus:4;mem:4096", agent), framework_id=FrameworkID(fw), state=state
+    )
+    return list(
+        h.handle(peer, ReregisterAgent(agent_id=AgentID(agent), agent_info=info, tasks=(task,)))
+    )
 
 
 def test_new_kill_ids_are_short_and_distinct() -> None:
@@ -63,3 +86,31 @@ def test_a_kill_from_an_older_peer_without_an_id_still_decodes() -> None:
         old = msgpack.packb([name, version, epoch, body], use_bin_type=True)
         decoded = codec.decode(old).message
         assert decoded is not None and decoded.kill_id == ""  # type: ignore[attr-defined]
+
+
+def test_a_kill_sent_to_the_agents_old_connection_is_sent_again_when_it_reregisters() -> None:
+    # The KILL_TASK goes to the agent's connection as the master knows it; the agent has just
+    # reconnected (a new peer), so ZeroMQ drops it. The agent re-registers from its new
+    # connection still running the task: the master kills it again, with the same id.
+    h, fw = _running_task()
+    out = h.handle("s1", Kill(framework_id=FrameworkID(fw), task_id=TaskID("t1"), kill_id="k-4"))
+    assert only(of_type(sent_to(out, "a1"), KillTask)).kill_id == "k-4"  # lost on the way
+    out = _reregister_from(h, "a1-new", fw, TaskState.RUNNING)
+    sent = sent_to(out, "a1-new")
+    assert isinstance(sent[0], AgentReregistered)
+    assert of_type(sent, KillTask) == [
+        KillTask(framework_id=FrameworkID(fw), task_id=TaskID("t1"), kill_id="k-4")
+    ]
+    notice = only([n for n in h.master.notices() if n.event == "kill_resent"])
+    assert ("kill_id", "k-4") in notice.fields
+
+
+def test_no_kill_is_sent_again_for_a_task_not_killed_or_already_over() -> None:
+    h, fw = _running_task()
+    assert (
+        of_type(sent_to(_reregister_from(h, "a1-new", fw, TaskState.RUNNING), "a1-new"), KillTask)
+        == []
+    )
+    h.handle("s1", Kill(framework_id=FrameworkID(fw), task_id=TaskID("t1"), kill_id="k-5"))
+    out = _reregister_from(h, "a1-newer", fw, TaskState.KILLED)
+    assert of_type(sent_to(out, "a1-newer"), KillTask) == []
