@@ -192,6 +192,7 @@ class Agent:
             if ex is not None:
                 for update in message.updates:
                     tasks.on_executor_update(st, ex, update, now)
+                executors.resend_kills(st, ex)
         else:
             key = st.executors_by_peer.get(peer)
             ex = st.executors.get(key) if key is not None else None

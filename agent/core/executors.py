@@ -33,6 +33,7 @@ from agora.sdk.messages import (
     ExecutorToFramework,
     ExitedExecutor,
     FrameworkToExecutor,
+    KillTask,
     LaunchTask,
     LaunchTaskGroup,
     Reason,
@@ -59,6 +60,7 @@ __all__ = [
     "on_reregister",
     "on_shutdown_executor",
     "on_shutdown_framework",
+    "resend_kills",
     "shutdown_executor",
     "shutdown_framework",
     "tick_executors",
@@ -232,6 +234,22 @@ def on_reregister(
         assert st.agent_id is not None
         st.to_executor(peer, ExecutorReregistered(agent_id=st.agent_id, agent_info=st.agent_info))
     return ex
+
+
+def resend_kills(st: AgentState, ex: Executor) -> None:
+    """After a registered executor re-registered (and its re-sent updates were taken in):
+    kills handed to its previous connection may never have reached it, so a task it still
+    runs that was killed is killed again, with the same kill id."""
+    peer = ex.peer
+    if ex.state is not ExecutorState.RUNNING or peer is None:
+        return
+    for tid in sorted(ex.live):
+        task = st.tasks.get((ex.framework_id, tid))
+        if task is None or task.kill_id is None or not task.launched or is_final(task.state):
+            continue
+        st.to_executor(
+            peer, KillTask(framework_id=ex.framework_id, task_id=tid, kill_id=task.kill_id)
+        )
 
 
 # --- messages --------------------------------------------------------------------------

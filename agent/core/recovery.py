@@ -280,7 +280,8 @@ def _after_back(st: AgentState, ex: Executor, known: set[TaskID], now: float) ->
     for tid in kills:
         task = st.tasks.get((fid, tid))
         if task is not None and not is_final(task.state):
-            st.to_executor(ex.peer, KillTask(framework_id=fid, task_id=tid))
+            kill_id = task.kill_id or ""
+            st.to_executor(ex.peer, KillTask(framework_id=fid, task_id=tid, kill_id=kill_id))
     if ex.builtin and not ex.live and not ex.queued:
         ex.idle_since = now
 

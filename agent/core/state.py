@@ -126,6 +126,9 @@ class Task:
     state: TaskState = TaskState.STAGING
     #: Handed to its executor (LaunchTask / LaunchTaskGroup sent).
     launched: bool = False
+    #: The id of the latest kill handed to its executor (None: not killed). Not checkpointed:
+    #: sent again if the executor re-registers (it may have reconnected and missed it).
+    kill_id: str | None = None
     #: A limit of its container was exceeded (e.g. its disk) and it is being killed for it:
     #: the reason and message its final update gets, whatever state the executor reports.
     limitation: tuple[Reason, str] | None = None

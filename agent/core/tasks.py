@@ -230,9 +230,12 @@ def on_kill_task(st: AgentState, msg: KillTask, now: float) -> None:
     if not task.launched:
         _kill_waiting(st, ex, task, now)
     elif ex.state is ExecutorState.RUNNING and ex.peer is not None:
+        task.kill_id = msg.kill_id
         st.to_executor(ex.peer, KillTask(framework_id=fid, task_id=tid, kill_id=msg.kill_id))
-    elif ex.state is ExecutorState.RECOVERING and tid not in ex.pending_kills:
-        ex.pending_kills.append(tid)  # sent when it re-registers
+    elif ex.state is ExecutorState.RECOVERING:
+        task.kill_id = msg.kill_id
+        if tid not in ex.pending_kills:
+            ex.pending_kills.append(tid)  # sent when it re-registers
     # A terminating executor's tasks end when it exits.
 
 

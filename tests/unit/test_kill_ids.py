@@ -6,16 +6,21 @@ from __future__ import annotations
 
 import msgpack
 from agora.sdk import codec
-from agora.sdk.ids import AgentID, FrameworkID, TaskID, new_kill_id
+from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, TaskID, new_kill_id
 from agora.sdk.messages import (
     AgentInfo,
     AgentReregistered,
     AgentTask,
+    ExecutorReregistered,
     Kill,
     KillTask,
     ReregisterAgent,
+    ReregisterExecutor,
     RunTask,
+    StatusSource,
+    StatusUpdate,
     TaskState,
+    TaskStatus,
 )
 from agora.sdk.resources import Resources
 from support.agent_kit import FID, AgentHarness, config, to_executor
@@ -114,3 +119,40 @@ def test_no_kill_is_sent_again_for_a_task_not_killed_or_already_over() -> None:
     h.handle("s1", Kill(framework_id=FrameworkID(fw), task_id=TaskID("t1"), kill_id="k-5"))
     out = _reregister_from(h, "a1-newer", fw, TaskState.KILLED)
     assert of_type(sent_to(out, "a1-newer"), KillTask) == []
+
+
+def _killed_on_the_executor(kill_id: str) -> AgentHarness:
+    h = AgentHarness(cfg=config())
+    h.register()
+    h.run("t1")
+    h.start_executor("cmd")
+    h.update("cmd", "t1", TaskState.RUNNING)
+    out = h.master(KillTask(framework_id=FID, task_id=TaskID("t1"), kill_id=kill_id))
+    assert [m.kill_id for m in to_executor(out, "cmd")] == [kill_id]  # lost on the way
+    return h
+
+
+def _reregister_executor(h: AgentHarness, peer: str, *updates: StatusUpdate) -> list[object]:
+    executor = ExecutorID("agora-command")
+    message = ReregisterExecutor(framework_id=FID, executor_id=executor, updates=updates)
+    return list(h.executor(peer, message))
+
+
+def test_a_kill_sent_to_the_executors_old_connection_is_sent_again_when_it_reregisters() -> None:
+    # The executor's connection dropped and came back (a new peer) after the KILL_TASK went
+    # to the old one: on its re-registration the agent kills the task again, same id.
+    h = _killed_on_the_executor("k-6")
+    sent = to_executor(_reregister_executor(h, "cmd-new"), "cmd-new")
+    assert isinstance(sent[0], ExecutorReregistered)
+    assert sent[1:] == [KillTask(framework_id=FID, task_id=TaskID("t1"), kill_id="k-6")]
+
+
+def test_no_kill_is_sent_again_to_an_executor_whose_resent_update_ended_the_task() -> None:
+    h = _killed_on_the_executor("k-7")
+    status = TaskStatus(
+        task_id=TaskID("t1"), state=TaskState.KILLED, source=StatusSource.EXECUTOR, uuid=b"k" * 16
+    )
+    sent = to_executor(
+        _reregister_executor(h, "cmd-new", StatusUpdate(framework_id=FID, status=status)), "cmd-new"
+    )
+    assert of_type(sent, KillTask) == []
