@@ -374,8 +374,10 @@ async def _write_rest(
         )
     except CliError as exc:
         if sched.relay.gaps:
-            lost = " and ".join(sorted(sched.relay.gaps))
-            sched.write(sched.err, f"agora run: some {lost} was lost on the way: {exc}\n".encode())
+            what = f"some {' and '.join(sorted(sched.relay.gaps))} was lost on the way"
+        else:
+            what = "the master failed over while the task ran: its output may lack its end"
+        sched.write(sched.err, f"agora run: {what} ({exc})\n".encode())
 
 
 class _Interrupted(Exception):

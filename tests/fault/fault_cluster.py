@@ -59,7 +59,7 @@ AGENT_ARGS: tuple[str, ...] = (
     "--resources",
     "cpus:4;mem:2048;ports:[31000-31100]",
     "--http-port",
-    "none",
+    "0",  # agora run reads output a failover lost from the sandbox through it
     "--isolation",
     "posix",
     "--master-timeout",
@@ -191,11 +191,38 @@ class FaultCluster:
                     name,
                     "--history",
                     str(self.history(name)),
+                    "--http-bind",
+                    self.rig.hosts[host].address,
                     *AGENT_ARGS,
                 ]
                 self.agents.append(self._spawn(host, name, argv))
 
-    def start_workload(self, name: str, *, seconds: float, seed: int) -> None:
+    @property
+    def kill_trigger(self) -> Path:
+        """Workloads with trap tasks kill them once this file exists."""
+        return self.root / "kill-now"
+
+    @property
+    def markers(self) -> Path:
+        """Where the trap tasks' TERM traps write when their clean-up completes."""
+        return self.root / "markers"
+
+    def start_workload(
+        self,
+        name: str,
+        *,
+        seconds: float,
+        seed: int,
+        failover_timeout: float | None = None,
+        trap_tasks: int = 0,
+    ) -> None:
+        extra: list[str] = []
+        if failover_timeout is not None:
+            extra += ["--failover-timeout", str(failover_timeout)]
+        if trap_tasks:
+            self.markers.mkdir(exist_ok=True)
+            extra += ["--trap-tasks", str(trap_tasks), "--marker-dir", str(self.markers)]
+            extra += ["--kill-trigger", str(self.kill_trigger)]
         argv = [
             str(WORKLOAD),
             "--master",
@@ -218,7 +245,14 @@ class FaultCluster:
             str(seed),
             "--reconcile",
             "2",
+            *extra,
         ]
+        self.workloads[name] = self._spawn(FRAMEWORK_HOST, name, argv)
+
+    def start_run(self, name: str, *command: str) -> None:
+        """``agora run -- COMMAND`` from the framework host (failover timeout 0, the default)."""
+        argv = ["-m", "agora.sdk.cli", "run", "--master", ",".join(self.endpoints)]
+        argv += ["--name", name, "--timeout", "60", "--", *command]
         self.workloads[name] = self._spawn(FRAMEWORK_HOST, name, argv)
 
     def start(self) -> None:

@@ -10,6 +10,7 @@ Kinds (:data:`KINDS`):
 
 ======== =================================================================================
 kill     SIGKILL the leader; heal restarts it on the same data dir
+killall  SIGKILL every master (the whole group); heal restarts them all on their data dirs
 pause    SIGSTOP the leader (for longer than 2 T: ``pause_min``); heal sends SIGCONT
 isolate  cut the leader's host from every other host
 split    partition the masters into a minority and a majority; the leader goes to
@@ -38,7 +39,7 @@ from agora.sdk.history import History
 
 log = structlog.get_logger(__name__)
 
-KINDS: tuple[str, ...] = ("kill", "pause", "isolate", "split", "bridge", "loss", "cut")
+KINDS: tuple[str, ...] = ("kill", "killall", "pause", "isolate", "split", "bridge", "loss", "cut")
 #: Kinds that need at least three masters.
 _NEED_THREE = frozenset({"split", "bridge"})
 
@@ -217,13 +218,20 @@ class Nemesis:
         self.leader_timeout = leader_timeout
         self.stop = stop if stop is not None else threading.Event()
 
-    def run(self, steps: Sequence[Step] | Iterator[Step]) -> list[Applied]:
-        """Apply, hold, heal and settle each step until done or ``stop`` is set."""
+    def run(
+        self,
+        steps: Sequence[Step] | Iterator[Step],
+        after_apply: Callable[[Applied], object] | None = None,
+    ) -> list[Applied]:
+        """Apply, hold, heal and settle each step until done or ``stop`` is set;
+        ``after_apply`` runs as each fault takes hold."""
         done: list[Applied] = []
         for step in steps:
             if self.stop.is_set():
                 break
             applied = self.apply(step)
+            if after_apply is not None:
+                after_apply(applied)
             try:
                 self.stop.wait(step.duration)
             finally:
@@ -288,6 +296,18 @@ class Nemesis:
         return Applied(
             step, f"kill master {leader}", [leader], lambda: self.cluster.restart(leader)
         )
+
+    def _killall(self, step: Step, leader: int, others: list[int]) -> Applied:
+        """The whole group at once (a power cut): every master SIGKILLed, all restarted."""
+        everyone = sorted([leader, *others])
+        for i in everyone:
+            self.cluster.kill(i)
+
+        def restart_all() -> None:
+            for i in everyone:
+                self.cluster.restart(i)
+
+        return Applied(step, "kill every master", everyone, restart_all)
 
     def _pause(self, step: Step, leader: int, others: list[int]) -> Applied:
         self.cluster.pause(leader)

@@ -1,8 +1,11 @@
 """Agora under faults, as root on a network rig (deploy/rig.py): 3 masters running the election,
 4 agents on 2 hosts and 2 workload frameworks, while a seeded nemesis kills, pauses, isolates and
-partitions the leader or drops packets on its links. After healing, the workloads must finish,
-a leader must exist, and the histories of every process must satisfy I1-I8
-(tests/support/history_checker.py). See tests/fault/README.md to run one scenario by hand."""
+partitions the leader, kills the whole group, or drops packets on its links. After healing, the
+workloads must finish, a leader must exist, and the histories of every process must satisfy I1-I8
+and K1 (every kill answered; tests/support/history_checker.py). Some scenarios also run a
+framework with the default failover timeout (0) and `agora run` through leader kills, and kill
+tasks with a TERM trap during a failover: the trap's clean-up must complete. See
+tests/fault/README.md to run one scenario by hand."""
 
 from __future__ import annotations
 
@@ -48,6 +51,12 @@ class Scenario:
     kinds: tuple[str, ...]
     seed: int
     steps: int
+    #: fw2's failover timeout (None: the workload's 300 s; 0: the SDK's default).
+    fw2_failover: float | None = None
+    #: fw1 runs this many tasks with a TERM trap and kills them as the first fault takes hold.
+    traps: int = 0
+    #: `agora run` (failover timeout 0) runs one long task through the faults.
+    agora_run: bool = False
 
     def plan(self) -> list[Step]:
         return plan(self.seed, self.kinds, steps=self.steps, duration=(3.0, 4.0), heal=(5.0, 5.0))
@@ -60,7 +69,15 @@ SCENARIOS = {
     "split-minority-majority": Scenario(("split",), seed=2, steps=2),
     "bridge": Scenario(("bridge",), seed=2, steps=2),
     "loss-master-links": Scenario(("loss",), seed=1, steps=1),
+    "kill-default-timeout": Scenario(
+        ("kill",), seed=3, steps=2, fw2_failover=0.0, traps=2, agora_run=True
+    ),
+    "restart-whole-group": Scenario(
+        ("killall",), seed=1, steps=1, fw2_failover=0.0, agora_run=True
+    ),
 }
+#: What `agora run` runs through the faults; it must print both lines and exit 0.
+RUN_COMMAND = ("sh", "-c", "echo started; sleep 10; echo survived")
 
 
 @pytest.fixture
@@ -86,6 +103,27 @@ def _started(fc: FaultCluster, kind: str, names: list[str]) -> bool:
     return True
 
 
+def _received(fc: FaultCluster, fw: str) -> list[dict[str, object]]:
+    path = fc.history(fw)
+    if not path.exists():
+        return []
+    return [e for e in load([path]) if e["kind"] == "received"]
+
+
+def _running(fc: FaultCluster, fw: str, tasks: list[str]) -> bool:
+    running = {e["task"] for e in _received(fc, fw) if e["state"] == "RUNNING"}
+    return set(tasks) <= running
+
+
+def _last_state(events: list[dict[str, object]], node: str, task: str) -> object:
+    states = [
+        e["state"]
+        for e in events
+        if e["kind"] == "received" and e["node"] == node and e["task"] == task
+    ]
+    return states[-1] if states else None
+
+
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_faults_keep_invariants(name: str, cluster: FaultCluster) -> None:
     scenario = SCENARIOS[name]
@@ -97,8 +135,20 @@ def test_faults_keep_invariants(name: str, cluster: FaultCluster) -> None:
     wait_for(lambda: _started(fc, "total", agents), 15, "every agent to register")
     faults_s = sum(s.duration + s.heal for s in steps)
     for k, fw in enumerate(WORKLOADS):
-        fc.start_workload(fw, seconds=faults_s + WORKLOAD_TAIL_S + 5, seed=scenario.seed + k)
+        fc.start_workload(
+            fw,
+            seconds=faults_s + WORKLOAD_TAIL_S + 5,
+            seed=scenario.seed + k,
+            failover_timeout=scenario.fw2_failover if fw == "fw2" else None,
+            trap_tasks=scenario.traps if fw == "fw1" else 0,
+        )
     wait_for(lambda: _started(fc, "offer", list(WORKLOADS)), 15, "both workloads to get offers")
+    traps = [f"fw1-trap-{k}" for k in range(scenario.traps)]
+    if traps:
+        wait_for(lambda: _running(fc, "fw1", traps), 15, "fw1's trap tasks RUNNING")
+    if scenario.agora_run:
+        fc.start_run("run", *RUN_COMMAND)
+        wait_for(lambda: "started" in fc.logs("run"), 30, "agora run's task to start")
 
     nemesis_history = History(fc.history("nemesis"), "nemesis")
     nemesis = Nemesis(
@@ -110,8 +160,11 @@ def test_faults_keep_invariants(name: str, cluster: FaultCluster) -> None:
         others=[*AGENT_HOSTS, FRAMEWORK_HOST],
         stop=threading.Event(),
     )
+    # The trap tasks are killed as the first fault takes hold (the kills are sent again until
+    # answered): their clean-up must complete in the grace period all the same.
+    trigger = (lambda _applied: fc.kill_trigger.touch()) if traps else None
     try:
-        applied = nemesis.run(steps)
+        applied = nemesis.run(steps, after_apply=trigger)
     finally:
         nemesis_history.close()
     assert [a.step for a in applied] == steps
@@ -128,7 +181,13 @@ def test_faults_keep_invariants(name: str, cluster: FaultCluster) -> None:
     print("faults:", json.dumps([a.what for a in applied]))
     print("workloads:", json.dumps(summaries, indent=1))
     assert not violations, f"{len(violations)} violations in {name}:\n{report}"
-    assert codes == dict.fromkeys(WORKLOADS, 0), f"workload exit codes {codes}: {summaries}"
+    expected = [*WORKLOADS, "run"] if scenario.agora_run else list(WORKLOADS)
+    assert codes == dict.fromkeys(expected, 0), f"exit codes {codes}: {summaries}"
+    if scenario.agora_run:
+        assert "survived" in fc.logs("run"), fc.logs("run")
+    for task in traps:
+        assert _last_state(events, "fw1", task) == "KILLED", f"{task}: {summaries['fw1']}"
+        assert (fc.markers / f"{task}.cleaned").exists(), f"{task}'s TERM trap did not finish"
     assert leader is not None, "no master says it leads after healing"
     assert leader[0] in fc.endpoints
     launched = sum(1 for e in events if e["kind"] == "launch")

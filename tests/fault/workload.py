@@ -13,6 +13,12 @@ It writes to the history (kinds of :mod:`agora.sdk.history`, plus ``registered``
 the master that sent it) per batch; ``received`` per update (uuid null for reconciliation
 answers); ``ack`` right after ``driver.acknowledge``; ``teardown`` before tearing itself down.
 
+With ``--trap-tasks K`` it first launches K long tasks (``<name>-trap-<k>``) whose TERM trap
+takes half a second to write ``<marker dir>/<task>.cleaned`` and exit; once the file
+``--kill-trigger`` exists it kills them (``kill`` in the history), and kills again on every
+reconciliation until each has ended. ``--failover-timeout`` sets the framework's (0 is the SDK's and
+Mesos's default: removal as soon as it disconnects from a leader it subscribed with).
+
 It stops launching when N tasks are launched or S seconds have passed, then waits up to
 ``--drain`` seconds for its tasks to end. All ended: it makes sure its last acknowledgements
 reached the master (an explicit reconciliation is answered after them) and leaves with failover,
@@ -26,10 +32,12 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shlex
 import sys
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -41,6 +49,13 @@ from agora.sdk.scheduler import BlockingSchedulerDriver, DriverError, Scheduler,
 log = structlog.get_logger(__name__)
 
 FAILOVER_TIMEOUT = 300.0
+#: A trap task: on TERM it takes half a second to clean up (write its marker), then exits 0.
+TRAP_COMMAND = (
+    "trap 'sleep 0.5; echo cleaned > {marker}; exit 0' TERM; while :; do sleep 0.1; done"
+)
+TRAP_SHAPE = Resources.parse("cpus:0.1;mem:8")
+#: How often the kill trigger is looked for.
+TRIGGER_POLL = 0.1
 #: How long to wait for the reconciliation answer that confirms the last acks went out.
 BARRIER_TIMEOUT = 5.0
 
@@ -49,11 +64,23 @@ class Workload(Scheduler):
     """Launches ``tasks`` uniquely named tasks and acknowledges every update it gets."""
 
     def __init__(
-        self, name: str, history: History, tasks: int, shape: Resources, seed: int, ports: bool
+        self,
+        name: str,
+        history: History,
+        tasks: int,
+        shape: Resources,
+        seed: int,
+        ports: bool,
+        traps: list[str] | None = None,
+        marker_dir: Path | None = None,
     ) -> None:
         self.name, self.history, self.tasks, self.shape = name, history, tasks, shape
         self.rng = random.Random(seed)
         self.ports = ports
+        #: Trap tasks not launched yet; where their TERM traps leave their markers.
+        self.traps = list(traps or [])
+        self.marker_dir = marker_dir
+        self.killing: set[str] = set()
         self.lock = threading.Lock()
         self.states: dict[str, str] = {}  # task id -> latest state ("" until the first update)
         self.ended: set[str] = set()
@@ -92,6 +119,13 @@ class Workload(Scheduler):
         free = offer.resources
         with self.lock:
             self.offers_seen += 1
+            while self.traps and free.fits(TRAP_SHAPE) and self.marker_dir is not None:
+                task_id = self.traps.pop(0)
+                marker = shlex.quote(str(self.marker_dir / f"{task_id}.cleaned"))
+                command = TRAP_COMMAND.format(marker=marker)
+                specs.append(TaskSpec(task_id, command, TRAP_SHAPE))
+                self.states[task_id] = ""
+                free -= TRAP_SHAPE
             while self.launching and len(self.states) < self.tasks:
                 need = self.shape
                 ranges = free.ranges("ports")
@@ -135,6 +169,14 @@ class Workload(Scheduler):
 
     # ----------------------------------------------------------------- main thread
 
+    def kill_traps(self, driver: BlockingSchedulerDriver) -> None:
+        """Kill every trap task (again) that has not ended yet."""
+        with self.lock:
+            pending = sorted(t for t in self.killing if t not in self.ended)
+        for task in pending:
+            self.history.record("kill", task=task)
+            driver.kill(task)
+
     def stop_launching(self) -> None:
         with self.lock:
             self.launching = False
@@ -166,29 +208,40 @@ def _wait(
     driver: BlockingSchedulerDriver,
     w: Workload,
     reconcile_every: float,
+    trigger: Path | None = None,
 ) -> bool:
-    """Wait for ``event`` until monotonic ``until``, reconciling unfinished tasks meanwhile."""
+    """Wait for ``event`` until monotonic ``until``, reconciling unfinished tasks meanwhile (and
+    killing the trap tasks once ``trigger`` exists, again at every reconciliation)."""
     next_reconcile = time.monotonic() + reconcile_every
     while not event.is_set():
         now = time.monotonic()
         if now >= until:
             return False
+        if trigger is not None and not w.killing and trigger.exists():
+            with w.lock:
+                w.killing = {t for t in w.states if "-trap-" in t}
+            w.kill_traps(driver)
         if now >= next_reconcile:
             pending = w.unfinished()
             if pending:
                 driver.reconcile(pending)
+            w.kill_traps(driver)
             next_reconcile = now + reconcile_every
-        event.wait(min(until, next_reconcile) - now)
+        event.wait(min(until, next_reconcile, now + TRIGGER_POLL) - now)
     return True
 
 
 def run(args: argparse.Namespace) -> int:
     history = History(args.history, args.name)
     shape = Resources.parse(f"cpus:{args.cpus};mem:{args.mem}")
-    w = Workload(args.name, history, args.tasks, shape, args.seed, not args.no_ports)
+    traps = [f"{args.name}-trap-{k}" for k in range(args.trap_tasks)]
+    w = Workload(
+        args.name, history, args.tasks, shape, args.seed, not args.no_ports, traps, args.marker_dir
+    )
+    trigger = args.kill_trigger
     driver = BlockingSchedulerDriver(
         w,
-        FrameworkInfo(name=args.name, failover_timeout=FAILOVER_TIMEOUT),
+        FrameworkInfo(name=args.name, failover_timeout=args.failover_timeout),
         args.master,
         implicit_acknowledgements=False,
         heartbeat_interval=1.0,
@@ -204,9 +257,11 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({**w.summary(), "exit": f"refused: {exc}"}))
         return 4
     try:
-        _wait(w.all_ended, began + args.seconds, driver, w, args.reconcile)
+        _wait(w.all_ended, began + args.seconds, driver, w, args.reconcile, trigger)
         w.stop_launching()
-        drained = _wait(w.all_ended, time.monotonic() + args.drain, driver, w, args.reconcile)
+        drained = _wait(
+            w.all_ended, time.monotonic() + args.drain, driver, w, args.reconcile, trigger
+        )
         if drained:
             # An answer to this reconciliation comes after the acknowledgements queued before it.
             last = next(iter(sorted(w.states)), None)
@@ -245,6 +300,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="seeds the tasks' sleep times")
     p.add_argument("--reconcile", type=float, default=3.0, help="seconds between reconciliations")
     p.add_argument("--no-ports", action="store_true", help="do not take a port per task")
+    p.add_argument("--failover-timeout", type=float, default=FAILOVER_TIMEOUT)
+    p.add_argument("--trap-tasks", type=int, default=0, help="long tasks with a TERM trap")
+    p.add_argument("--marker-dir", type=Path, default=None, help="where their traps write")
+    p.add_argument("--kill-trigger", type=Path, default=None, help="kill them once this exists")
     return p.parse_args(argv)
 
 

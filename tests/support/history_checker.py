@@ -12,6 +12,8 @@ Extra kinds read here, written by the fault suite itself:
 * ``teardown`` (workload): ``framework`` — the framework was deliberately torn down; updates of
   its tasks need not reach it (I5).
 * ``fault`` / ``healed`` (nemesis): ``what`` and details; I8 measures from the last ``healed``.
+* ``kill`` (workload): ``task`` — the framework asked to kill the task; K1 wants a terminal
+  ``received`` update for it afterwards (a kill is never left unanswered).
 * ``snapshot`` (master): ``index`` — it installed a registry snapshot covering every index up to
   this one without a ``commit`` for each (I6 counts them as committed on that node).
 
@@ -30,6 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from agora.sdk.messages import TaskState, is_terminal
 from agora.sdk.resources import Resources
 
 __all__ = ["Violation", "check", "load", "main"]
@@ -40,7 +43,7 @@ Event = dict[str, Any]
 
 @dataclass(frozen=True)
 class Violation:
-    invariant: str  # "I1".."I8"
+    invariant: str  # "I1".."I8", "K1"
     message: str
 
 
@@ -98,6 +101,7 @@ def check(
     found += _updates_acked(ordered, at)
     found += _registry(ordered, at)
     found += _terms_monotonic(ordered, at)
+    found += _kills_answered(ordered, at)
     if require_liveness:
         found += _liveness(ordered, at, liveness_s)
     return found
@@ -354,21 +358,17 @@ def _overcommit(
 
 def _updates_acked(events: Sequence[Event], at: _Clock) -> list[Violation]:
     """I5: every ``update`` uuid was ``received`` and ``ack``ed, unless its framework was torn
-    down deliberately (``teardown``, by framework id or name)."""
+    down deliberately (``teardown``, by framework id or name). Only frameworks that keep a
+    history (a ``registered`` event) can be checked: `agora run` beside the workloads keeps none."""
     received = {str(e["uuid"]) for e in _by_kind(events, "received") if e.get("uuid")}
     acked = {str(e["uuid"]) for e in _by_kind(events, "ack") if e.get("uuid")}
-    names: dict[str, set[str]] = defaultdict(set)
-    for e in _by_kind(events, "registered"):
-        names[str(e.get("name", e["node"]))].add(str(e["framework"]))
-    torn: set[str] = set()
-    for e in _by_kind(events, "teardown"):
-        fw = str(e["framework"])
-        torn |= {fw} | names.get(fw, set())
+    observed = {str(e["framework"]) for e in _by_kind(events, "registered")}
+    torn = _torn_down(events)
     out = []
     seen: set[str] = set()
     for e in _by_kind(events, "update"):
         uuid, fw = str(e["uuid"]), str(e.get("framework"))
-        if uuid in seen or fw in torn:
+        if uuid in seen or fw in torn or fw not in observed:
             continue
         seen.add(uuid)
         missing = [
@@ -380,6 +380,48 @@ def _updates_acked(events: Sequence[Event], at: _Clock) -> list[Violation]:
                     "I5",
                     f"update {uuid} ({e.get('state')}) of task {e.get('task')} of {fw} written by "
                     f"{e['node']} at {at(e['t'])} has no {' and no '.join(missing)}",
+                )
+            )
+    return out
+
+
+def _torn_down(events: Sequence[Event]) -> set[str]:
+    """Framework ids and names recorded as deliberately torn down (``teardown``, which may name
+    either): both the ids and the names of each such framework."""
+    aliases: dict[str, set[str]] = defaultdict(set)
+    for e in _by_kind(events, "registered"):
+        name, fid = str(e.get("name", e["node"])), str(e["framework"])
+        aliases[name].add(fid)
+        aliases[fid].add(name)
+    torn: set[str] = set()
+    for e in _by_kind(events, "teardown"):
+        fw = str(e["framework"])
+        torn |= {fw} | aliases.get(fw, set())
+    return torn
+
+
+def _kills_answered(events: Sequence[Event], at: _Clock) -> list[Violation]:
+    """K1: every task a framework asked to ``kill`` is later ``received`` by that framework in a
+    terminal state, unless the framework was torn down deliberately."""
+    torn = _torn_down(events)
+    first_kill: dict[tuple[str, str], Event] = {}
+    for e in _by_kind(events, "kill"):
+        first_kill.setdefault((str(e["node"]), str(e["task"])), e)
+    ended: set[tuple[str, str]] = set()
+    for e in _by_kind(events, "received"):
+        try:
+            terminal = is_terminal(TaskState(e.get("state")))
+        except ValueError:
+            continue
+        if terminal:
+            ended.add((str(e["node"]), str(e["task"])))
+    out = []
+    for (node, task), kill in first_kill.items():
+        if node not in torn and (node, task) not in ended:
+            out.append(
+                Violation(
+                    "K1",
+                    f"{node} killed task {task} at {at(kill['t'])} and never heard it end",
                 )
             )
     return out

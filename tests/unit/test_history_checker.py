@@ -211,11 +211,38 @@ def test_update_never_received_fails_i5() -> None:
     assert "no received and no ack" in v.message and "a1" in v.message
 
 
+def test_a_framework_that_keeps_no_history_is_not_checked_for_i5() -> None:
+    h = [*clean(), ev(3.8, "a1", "update", task="run-1", framework="F9", uuid="c", state="RUNNING")]
+    assert check(h) == [], "F9 (agora run) never wrote a registered event"
+
+
 def test_torn_down_framework_is_exempt_from_i5() -> None:
     h = [*clean(), ev(3.8, "a1", "update", task="fw1-2", framework="F1", uuid="bb", state="KILLED")]
     assert check([*h, ev(3.7, "fw1", "teardown", framework="F1")]) == []
     assert check([*h, ev(3.7, "fw1", "teardown", framework="fw1")]) == []  # by name
     assert only(check([*h, ev(3.7, "fw2", "teardown", framework="F2")]), "I5")
+
+
+def test_a_kill_never_answered_fails_k1() -> None:
+    h = [*clean(), ev(3.7, "fw1", "kill", task="fw1-2")]
+    v = only(check(h), "K1")
+    assert "fw1-2" in v.message and "never heard it end" in v.message
+
+
+def test_a_kill_answered_by_a_terminal_update_passes_k1() -> None:
+    h = [
+        *clean(),
+        ev(3.7, "fw1", "kill", task="fw1-2"),
+        ev(3.8, "fw1", "kill", task="fw1-2"),  # sent again: still one kill to answer
+        ev(3.9, "fw1", "received", task="fw1-2", uuid=None, state="KILLING"),
+    ]
+    assert only(check(h), "K1"), "a non-terminal state does not answer a kill"
+    assert check([*h, ev(4.0, "fw1", "received", task="fw1-2", uuid=None, state="KILLED")]) == []
+
+
+def test_a_torn_down_framework_is_exempt_from_k1() -> None:
+    h = [*clean(), ev(3.7, "fw1", "kill", task="fw1-2"), ev(3.8, "fw1", "teardown", framework="F1")]
+    assert check(h) == []
 
 
 def test_different_digest_at_one_index_fails_i6() -> None:

@@ -136,8 +136,22 @@ def test_executor_heals_every_fault_and_records_both(tmp_path: Path) -> None:
     assert isinstance(cluster, FakeCluster) and isinstance(rig, FakeRig)
     assert cluster.calls.count(("kill", 1)) == cluster.calls.count(("restart", 1))
     assert cluster.calls.count(("pause", 1)) == cluster.calls.count(("resume", 1))
-    net_faults = sum(s.fault.kind not in ("kill", "pause") for s in steps)
+    net_faults = sum(s.fault.kind not in ("kill", "killall", "pause") for s in steps)
     assert rig.calls.count(("heal",)) == net_faults
+
+
+def test_killall_kills_the_whole_group_and_restarts_every_master(tmp_path: Path) -> None:
+    n, path = nemesis(tmp_path, leader=2, masters=3)
+    n.run([Step(Fault("killall", pick=9), 0, 0)])
+    cluster = n.cluster
+    assert isinstance(cluster, FakeCluster)
+    kills = [at for at, (verb, _) in enumerate(cluster.calls) if verb == "kill"]
+    restarts = [at for at, (verb, _) in enumerate(cluster.calls) if verb == "restart"]
+    assert sorted(i for verb, i in cluster.calls if verb == "kill") == [0, 1, 2]
+    assert sorted(i for verb, i in cluster.calls if verb == "restart") == [0, 1, 2]
+    assert max(kills) < min(restarts), "the whole group is down before any master restarts"
+    [fault, healed] = records(path)
+    assert fault["masters"] == [0, 1, 2] and healed["fault"] == "killall"
 
 
 def test_split_puts_the_leader_on_the_chosen_side(tmp_path: Path) -> None:
