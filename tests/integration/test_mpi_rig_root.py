@@ -269,9 +269,13 @@ def test_a_job_that_loses_an_agent_is_retried_and_succeeds(
     try:
         wait_for(marker.exists, 60, "the first attempt to run")
         state = cluster.state()
-        running = {t["agent_id"] for t in state["tasks"] if t["state"] == "RUNNING"}
         hosts = {a["agent_id"]: a["hostname"] for a in state["agents"]}
-        lost = sorted(hosts[a] for a in running)[-1]  # not rank 0's: mpirun must see it go
+        # Not rank 0's: mpirun must see it go, and rank 0's member is then killed while its
+        # launcher for the lost member still holds mpirun's output (issue #15).
+        member = next(
+            t for t in state["tasks"] if t["state"] == "RUNNING" and t["name"].startswith("ranks")
+        )
+        lost = hosts[member["agent_id"]]
         cluster.rig.isolate(int(lost.split("-")[1]))
         code, _, err = cluster.finish(job, 80)
     finally:
@@ -281,3 +285,9 @@ def test_a_job_that_loses_an_agent_is_retried_and_succeeds(
             job.wait(5)
     assert code == 0, err
     assert "attempt 1 failed" in err and "attempt 2" in err
+    # Rank 0's member answered its kill by itself, not when pressed with a SHUTDOWN 10 s later.
+    job_dir = f"frameworks/{member['framework_id']}/executors/mpi-1-0"
+    logs = list(cluster.root.glob(f"agent-*/{job_dir}/executor.stderr"))
+    text = "".join(log.read_text() for log in logs)
+    assert "mpi_member_killing" in text, text[-3000:]
+    assert "executor_shutdown_requested" not in text, text[-3000:]
