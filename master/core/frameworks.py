@@ -288,7 +288,8 @@ def remove_absent(
             task = st.tasks[key]
             agents_with_tasks.add(task.agent_id)
             if not is_terminal(task.state):
-                st.send_agent(task.agent_id, KillTask(framework_id=framework_id, task_id=key[1]))
+                kill = KillTask(framework_id=framework_id, task_id=key[1], kill_id=st.mint("K"))
+                st.send_agent(task.agent_id, kill)
             st.release_task(task, now)
             st.forget_task(key)
         for agent in st.agents.values():
@@ -364,7 +365,8 @@ def _remove_now(st: MasterState, fw: Framework, now: float) -> None:
             continue
         agents_with_tasks.add(task.agent_id)
         if not is_terminal(task.state):
-            st.send_agent(task.agent_id, KillTask(framework_id=fw.framework_id, task_id=key[1]))
+            kill = KillTask(framework_id=fw.framework_id, task_id=key[1], kill_id=st.mint("K"))
+            st.send_agent(task.agent_id, kill)
             task.state = TaskState.KILLED
             task.status = st.master_status(
                 key[1], TaskState.KILLED, Reason.FRAMEWORK_REMOVED, now, agent_id=task.agent_id

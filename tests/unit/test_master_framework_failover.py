@@ -82,7 +82,10 @@ def test_the_window_defaults_to_the_agent_reregistration_timeout_then_its_own_ti
     master = Master(MasterConfig(agent_reregister_timeout=30.0), registry=_registry(entry), now=0.0)
     _reregister(master, FID, 0.5)
     assert not _kills(master.tick(49.9)), "30 s window + 20 s failover timeout not yet over"
-    assert _kills(master.tick(50.0)) == ["t1"]
+    out = master.tick(50.0)
+    assert _kills(out) == ["t1"]
+    [kill] = [a.message for a in out if isinstance(a, Send) and isinstance(a.message, KillTask)]
+    assert kill.kill_id.startswith("e1-K"), "a kill the master makes itself has an id too"
     [removed] = _removals(master)
     assert removed["framework_id"] == FID and removed["name"] == "batch"
     assert "did not re-subscribe" in removed["reason"] and "30 s" in removed["reason"]
