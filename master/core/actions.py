@@ -43,3 +43,5 @@ class Notice:
 
     event: str
     fields: tuple[tuple[str, str], ...]
+    #: ``warning`` for what changed a framework's fate (its removal), else ``info``.
+    level: str = "info"

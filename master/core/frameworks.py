@@ -301,7 +301,9 @@ def remove_absent(
             st.send_agent(agent_id, ShutdownFramework(framework_id=framework_id))
             st.dirty_agents.add(agent_id)
         st.removed_frameworks.add(framework_id)
-        st.notice("framework_removed", framework_id=framework_id, name=name, reason=reason)
+        st.notice(
+            "framework_removed", warning=True, framework_id=framework_id, name=name, reason=reason
+        )
 
     def given_up() -> None:
         st.busy_frameworks.discard(framework_id)
@@ -340,6 +342,7 @@ def remove_framework(
             _remove_now(st, current, now)
             st.notice(
                 "framework_removed",
+                warning=True,
                 framework_id=framework_id,
                 name=current.info.name,
                 reason=reason,

@@ -239,9 +239,10 @@ class MasterState:
         if agent is not None and agent.status is AgentStatus.ACTIVE:
             self.send(agent.peer, message)
 
-    def notice(self, event: str, **fields: object) -> None:
-        """Ask the shell to log ``event`` with ``fields``."""
-        self.notices.append(Notice(event, tuple((k, str(v)) for k, v in fields.items())))
+    def notice(self, event: str, *, warning: bool = False, **fields: object) -> None:
+        """Ask the shell to log ``event`` with ``fields`` (as a warning, or info)."""
+        level = "warning" if warning else "info"
+        self.notices.append(Notice(event, tuple((k, str(v)) for k, v in fields.items()), level))
 
     # --- tasks -------------------------------------------------------------------------
     def add_task(self, task: Task) -> None:

@@ -557,7 +557,8 @@ class MasterDaemon:
         core = self._core
         if core is not None:
             for notice in core.notices():
-                log.warning(notice.event, **dict(notice.fields))
+                emit = log.warning if notice.level == "warning" else log.info
+                emit(notice.event, **dict(notice.fields))
         for action in actions:
             if isinstance(action, Propose):
                 self._spawn(self._propose(action), "master-propose")
