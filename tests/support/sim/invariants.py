@@ -133,14 +133,15 @@ class Invariants:
                     self.offered.add(offer.offer_id)
 
     def _kill_sent(self, msg: KillTask, to: str) -> None:
-        if not msg.kill_id:  # the master's own kill, of the tasks of a framework it removed
+        fw = next((f for f in self.frameworks if f.framework_id == msg.framework_id), None)
+        killed = fw.kills.get(msg.kill_id) if fw is not None and msg.kill_id else None
+        if killed is None:  # the master's own kill, of the tasks of a framework it removed
+            assert msg.kill_id, f"KILL_TASK for {msg.task_id} to {to} carries no kill id"
             assert msg.framework_id not in self.master.state.frameworks, (
                 f"KILL_TASK for {msg.task_id} of live framework {msg.framework_id} to {to} "
-                "carries no kill id"
+                f"carries kill id {msg.kill_id!r}, which its framework never sent"
             )
             return
-        fw = next((f for f in self.frameworks if f.framework_id == msg.framework_id), None)
-        killed = fw.kills.get(msg.kill_id) if fw is not None else None
         assert killed == msg.task_id, (
             f"KILL_TASK for {msg.task_id} to {to} carries kill id {msg.kill_id!r}, "
             f"which its framework sent for {killed}"
