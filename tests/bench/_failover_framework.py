@@ -6,10 +6,22 @@ allocation round: the first offer of a new epoch then shows when the new leader 
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
-from agora.sdk import Filters, Offer, Resources, Scheduler, TaskSpec, TaskState, TaskStatus
+from agora.sdk import (
+    Filters,
+    FrameworkInfo,
+    Offer,
+    Resources,
+    Scheduler,
+    SchedulerDriver,
+    TaskSpec,
+    TaskState,
+    TaskStatus,
+)
 from agora.sdk.messages import is_terminal
 
 SHAPE = Resources.parse("cpus:0.1;mem:16")
@@ -64,3 +76,22 @@ class FailoverFramework(Scheduler):
     def resubscribed_after(self, at: float) -> float | None:
         """perf_counter time of the first re-subscription after ``at``."""
         return next((when for when in self.resubscribed if when > at), None)
+
+
+async def start_failover_framework(
+    masters: str, agents: int, check_alive: Callable[[], None], timeout: float
+) -> tuple[FailoverFramework, SchedulerDriver, asyncio.Task[None]]:
+    """Subscribe the bench framework to ``masters`` and wait until its tasks (one per agent, at
+    most 5) run; the caller stops the driver and awaits the runner."""
+    framework = FailoverFramework(tasks=min(agents, 5))
+    info = FrameworkInfo(name="failover-bench", failover_timeout=3600.0)
+    driver = SchedulerDriver(framework, info, masters)
+    runner = asyncio.create_task(driver.run())
+    deadline = time.perf_counter() + timeout
+    while len(framework.running) < framework.wanted:
+        check_alive()
+        if time.perf_counter() > deadline or runner.done():
+            driver.stop()
+            raise TimeoutError(f"tasks running: {len(framework.running)}")
+        await asyncio.sleep(0.05)
+    return framework, driver, runner

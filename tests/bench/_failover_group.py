@@ -18,9 +18,8 @@ import contextlib
 import time
 from typing import Any
 
-from _failover_framework import FailoverFramework
+from _failover_framework import FailoverFramework, start_failover_framework
 from _failover_procs import Group, Probe, percentiles
-from agora.sdk import FrameworkInfo, SchedulerDriver
 
 _START_TIMEOUT = 60.0
 _ROUND_TIMEOUT = 60.0
@@ -70,18 +69,10 @@ async def run_group_restarts(group: Group, restarts: int, down: float, say: Any)
             info.leader, group.agents, time.perf_counter() + _START_TIMEOUT, every=0.2
         )
     say(f"{group.agents} agents ACTIVE under {info.leader} at epoch {epoch}")
-    framework = FailoverFramework(tasks=min(group.agents, 5))
-    driver = SchedulerDriver(
-        framework, FrameworkInfo(name="failover-bench", failover_timeout=3600.0), group.group
+    framework, driver, runner = await start_failover_framework(
+        group.group, group.agents, group.check_alive, _START_TIMEOUT
     )
-    runner = asyncio.create_task(driver.run())
     try:
-        deadline = time.perf_counter() + _START_TIMEOUT
-        while len(framework.running) < framework.wanted:
-            group.check_alive()
-            if time.perf_counter() > deadline or runner.done():
-                raise TimeoutError(f"tasks running: {len(framework.running)}")
-            await asyncio.sleep(0.05)
         for n in range(restarts):
             timings, epoch = await _restart_round(group, framework, runner, epoch, down)
             for key, value in timings.items():

@@ -45,9 +45,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/bench for the _failover_* helpers
 
-from _failover_framework import FailoverFramework
+from _failover_framework import FailoverFramework, start_failover_framework
 from _failover_procs import Group, Probe, percentiles
-from agora.sdk import FrameworkInfo, SchedulerDriver
 from agora.sdk.logs import configure_logging
 
 _START_TIMEOUT = 60.0
@@ -118,18 +117,10 @@ async def run_processes(group: Group, kills: int, seed: int) -> dict[str, Any]:
             leader, group.agents, time.perf_counter() + _START_TIMEOUT, every=0.2
         )
         _say(f"{group.agents} agents ACTIVE")
-        framework = FailoverFramework(tasks=min(group.agents, 5))
-        driver = SchedulerDriver(
-            framework, FrameworkInfo(name="failover-bench", failover_timeout=3600.0), group.group
+        framework, driver, runner = await start_failover_framework(
+            group.group, group.agents, group.check_alive, _START_TIMEOUT
         )
-        runner = asyncio.create_task(driver.run())
         try:
-            deadline = time.perf_counter() + _START_TIMEOUT
-            while len(framework.running) < framework.wanted:
-                group.check_alive()
-                if time.perf_counter() > deadline or runner.done():
-                    raise TimeoutError(f"tasks running: {len(framework.running)}")
-                await asyncio.sleep(0.05)
             _say(f"{framework.wanted} tasks RUNNING")
             for n in range(kills):
                 await asyncio.sleep(rng.uniform(0.0, 0.5))  # kill at a random heartbeat phase

@@ -42,8 +42,11 @@ def test_one_kill_with_two_agents_reports_every_timing(tmp_path: Path) -> None:
         assert set(stats) == {"p50", "p99", "max"}
         assert 0 < stats["p50"] <= stats["p99"] <= stats["max"] < 60, (key, stats)
     # A new leader is elected no sooner than one election timeout after the kill, and agents
-    # and offers come back only from it.
+    # and offers come back only from it. The bench notices the election with a poll (every
+    # 10 ms), so ``elected_s`` is late by up to one poll; agents now follow the new leader's push
+    # within milliseconds and may be seen back within that poll.
+    poll = 0.01
     assert result["elected_s"]["max"] >= 0.5
-    assert result["agents_back_s"]["max"] >= result["elected_s"]["max"]
-    assert result["first_offer_s"]["max"] >= result["elected_s"]["max"]
+    assert result["agents_back_s"]["max"] >= result["elected_s"]["max"] - poll
+    assert result["first_offer_s"]["max"] >= result["elected_s"]["max"] - poll
     assert result["tasks_lost"] == 0
