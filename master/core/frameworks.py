@@ -106,6 +106,21 @@ def on_subscribe(st: MasterState, sender: Peer, msg: Subscribe, now: float) -> N
         )
         return
 
+    if requested is not None:
+        owner = _owner(st, requested)
+        if owner is not None and info.principal != owner:
+            # A framework belongs to the principal that registered it: no one else may take it
+            # over (its scheduler keeps it), as in Mesos.
+            st.notice(
+                "subscribe_refused",
+                warning=True,
+                framework_id=requested,
+                principal=info.principal,
+                owner=owner,
+            )
+            why = f"framework {requested} belongs to another principal"
+            _error(st, sender, ErrorCode.FORBIDDEN, why)
+            return
     if requested is None:
         known = st.frameworks_by_peer.get(sender)
         if known is not None and st.frameworks[known].connected:
@@ -145,6 +160,15 @@ def on_subscribe(st: MasterState, sender: Peer, msg: Subscribe, now: float) -> N
         st.busy_frameworks.discard(framework_id)
 
     st.propose(UpsertFramework(framework=entry), registered, _settled, now=now)
+
+
+def _owner(st: MasterState, framework_id: FrameworkID) -> str | None:
+    """The principal a framework belongs to: the one it registered with (None: none known)."""
+    fw = st.frameworks.get(framework_id)
+    if fw is not None:
+        return fw.info.principal
+    entry = st.registry.frameworks.get(framework_id)
+    return entry.principal if entry is not None else None
 
 
 def _entry(info: FrameworkInfo, framework_id: FrameworkID) -> FrameworkEntry:

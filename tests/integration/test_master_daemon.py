@@ -378,3 +378,48 @@ def test_unusable_security_files_exit_1(tmp_path: Path, problem: str) -> None:
     done = subprocess.run(argv, capture_output=True, env=clean_env(), timeout=DEADLINE)
     assert done.returncode == 1
     assert b"security_config_unusable" in done.stderr
+
+
+def test_a_framework_belongs_to_its_principal_no_other_may_take_it_over(tmp_path: Path) -> None:
+    """mallory, admitted by the master's keys and ACL, subscribes with alice's framework id: she
+    is refused and the refusal logged; alice's scheduler keeps its framework and hears nothing."""
+    keys = tmp_path / "keys"
+    authorized = tmp_path / "authorized"
+    authorized.mkdir()
+    master_public, master_secret = generate_keypair(keys, "master")
+    for principal in ("alice", "mallory"):
+        public, _ = generate_keypair(keys, principal)
+        (authorized / public.name).write_bytes(public.read_bytes())
+
+    def curve(name: str) -> CurveClient:
+        return CurveClient(keys / f"{name}.key_secret", master_public)
+
+    args = ("--curve-secret-key", str(master_secret), "--curve-authorized-keys", str(authorized))
+    with master_process(tmp_path, *args) as master:
+
+        async def scenario() -> None:
+            alice = ZmqClient.connect(master.endpoint, curve=curve("alice"))
+            mallory = ZmqClient.connect(master.endpoint, curve=curve("mallory"))
+            try:
+                await alice.send(subscribe("alice-fw", failover_timeout=3600.0))
+                fid = (await expect(alice, Subscribed)).framework_id
+                await mallory.send(subscribe("alice-fw", framework_id=fid))
+                refused = await expect(mallory, Error)
+                assert refused.code is ErrorCode.FORBIDDEN
+                assert "another principal" in refused.message
+                # alice keeps her framework: her calls still go through, nothing told her to stop.
+                await alice.send(GetState())
+                state = await expect(alice, StateReply)
+                [fw] = [f for f in state.frameworks if f.framework_id == fid]
+                assert fw.principal == "alice" and fw.active
+                with pytest.raises(TimeoutError):  # no "failed over to another scheduler"
+                    await expect(alice, Error, timeout=0.3)
+            finally:
+                alice.close()
+                mallory.close()
+
+        run(scenario())
+        events = master.log_events()
+        [refusal] = [e for e in events if e["event"] == "subscribe_refused"]
+        assert (refusal["principal"], refusal["owner"]) == ("mallory", "alice")
+        assert master.proc.poll() is None
