@@ -27,7 +27,7 @@ import zmq
 from agora.master.core import Master, Send
 from agora.master.core.actions import Action, Propose
 from agora.master.server.leadership import Leadership
-from agora.master.server.stats import DaemonStats
+from agora.master.server.stats import BAD_FRAME_TOP_PEERS, DaemonStats
 from agora.sdk.errors import ProtocolError
 from agora.sdk.history import History
 from agora.sdk.ids import new_kill_id
@@ -61,6 +61,7 @@ from agora.sdk.messages import (
     VoteRequest,
 )
 from agora.sdk.messages.operator import OPERATOR_CALLS, OperatorKill
+from agora.sdk.ratelimit import KeyedLogLimiter
 from agora.sdk.transport import Acl, Received, Server
 
 __all__ = ["LOCAL_PEER", "MasterDaemon", "NotActing"]
@@ -140,6 +141,9 @@ class MasterDaemon:
         #: Plain counters for the operator API's metrics, read at scrape time.
         self.stats = stats if stats is not None else DaemonStats()
         self.stats.queue_size = lambda: len(self._backlog) + len(self._held)
+        #: Bad-frame warnings per peer: a few a second, the rest counted and summarised.
+        self._bad_frame_log = KeyedLogLimiter(rate=3.0, burst=3, max_keys=256)
+        self.stats.bad_frames_by_peer = lambda: self._bad_frame_log.counts(BAD_FRAME_TOP_PEERS)
         self._lock = asyncio.Lock()
         self._stopped = asyncio.Event()
         #: peer -> monotonic time of its last frame; insertion order = least recently heard first.
@@ -441,7 +445,8 @@ class MasterDaemon:
 
     async def _bad_frame(self, peer: str, error: ProtocolError | None) -> None:
         reason = str(error) if error is not None else "bad frame"
-        log.warning("bad_frame", peer=peer, error=reason)
+        if self._bad_frame_log.allow(peer, time.monotonic()):
+            log.warning("bad_frame", peer=peer, error=reason)
         async with self._lock:
             await self._perform((self._error(peer, ErrorCode.BAD_REQUEST, reason),))
 
@@ -491,6 +496,7 @@ class MasterDaemon:
         interval = self._tick_interval
         while True:
             await asyncio.sleep(interval)
+            self._summarise_bad_frames()
             if self._leadership is not None and self._leadership.node.error is not None:
                 # The election state could not be made durable: voting on would risk safety.
                 raise RuntimeError(f"election halted: {self._leadership.node.error}")
@@ -514,6 +520,16 @@ class MasterDaemon:
                 self.stats.observe_allocation(time.perf_counter() - started)
                 await self._perform(actions)
                 await self._expire_peers(core, now)
+
+    def _summarise_bad_frames(self) -> None:
+        suppressed = self._bad_frame_log.summary(time.monotonic())
+        if suppressed is not None:
+            log.warning(
+                "bad_frames_suppressed",
+                count=suppressed.total,
+                peers=suppressed.keys,
+                top={peer: n for peer, n in suppressed.top},
+            )
 
     def _forget_silent_peers(self) -> None:
         """On a standby, peers silent past the timeout are just forgotten."""

@@ -116,6 +116,15 @@ class MasterCollector(Collector):
             "undecodable frames received",
             stats.bad_frames_received,
         )
+        by_peer = GaugeMetricFamily(
+            "agora_master_bad_frames_by_peer",
+            "undecodable frames from each of the (at most 10) peers with the most, among the few"
+            " hundred that sent one most recently (bounded: a peer may drop out)",
+            labels=["peer"],
+        )
+        for peer, frames in stats.bad_frames_by_peer():
+            by_peer.add_metric([peer], frames)
+        yield by_peer
         yield CounterMetricFamily(
             "agora_master_messages_dropped",
             "messages not delivered (peer gone, send failed) or dropped unhandled",

@@ -10,7 +10,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-__all__ = ["ALLOCATION_BUCKETS", "DaemonStats"]
+__all__ = ["ALLOCATION_BUCKETS", "BAD_FRAME_TOP_PEERS", "DaemonStats"]
+
+#: How many peers the per-peer bad-frame metric names (those with the most, among the recent).
+BAD_FRAME_TOP_PEERS = 10
 
 #: Upper bounds (seconds) of the allocation run-time histogram's buckets.
 ALLOCATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -23,6 +26,8 @@ class DaemonStats:
     started: float = field(default_factory=time.monotonic)
     messages_received: int = 0
     bad_frames_received: int = 0
+    #: (peer, bad frames) of the peers with the most, among the most recent few hundred.
+    bad_frames_by_peer: Callable[[], list[tuple[str, int]]] = lambda: []
     #: Messages that could not be delivered (peer gone, send failed) or were dropped unhandled
     #: (held past the bound while the lease lapsed).
     messages_dropped: int = 0
