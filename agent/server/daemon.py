@@ -84,6 +84,7 @@ from agora.sdk.messages import (
     Pong,
     UnregisterAgent,
 )
+from agora.sdk.ratelimit import KeyedLogLimiter
 from agora.sdk.transport import CurveClient, MasterLink, Received, TransportClosed, ZmqServer
 from aiohttp import web
 
@@ -96,6 +97,8 @@ _BURST: Final = 512  # frames handled per turn before yielding to the other task
 _FLUSH_TIMEOUT: Final = 2.0  # at shutdown, how long queued messages may take to go out
 _SETTLE: Final = 0.1  # seconds, see _shutdown
 _ANY_HOSTS: Final = ("0.0.0.0", "*", "[::]", "::")
+_MASTER_PEER: Final = "master"  # the bad-frame limiter's key for frames from the master
+_BAD_FRAME_TOP_PEERS: Final = 10  # how many peers /metrics names in the per-peer bad frames
 _SIGNALS: Final = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
 
 
@@ -163,6 +166,9 @@ class AgentDaemon:
         #: Frames from the master and executors that decoded, and that did not.
         self.messages_received = 0
         self.bad_frames_received = 0
+        #: Bad-frame warnings per peer ("master" or an executor's): a few a second, the rest
+        #: counted and summarised; also the per-peer counts /metrics shows.
+        self._bad_frame_log = KeyedLogLimiter(rate=3.0, burst=3, max_keys=256)
         #: The container usage sampled for the latest PONG (empty: none, or no containers).
         self.latest_usage: tuple[ContainerUsage, ...] = ()
         #: The disk/du isolator (sandbox sizes, enforcement) and sandbox garbage collection.
@@ -191,6 +197,10 @@ class AgentDaemon:
     def uptime(self) -> float:
         """Seconds since the daemon was made."""
         return time.monotonic() - self.started
+
+    def bad_frames_by_peer(self) -> list[tuple[str, int]]:
+        """(peer, bad frames) of the few peers with the most, among the recent."""
+        return self._bad_frame_log.counts(_BAD_FRAME_TOP_PEERS)
 
     # ---- life cycle ------------------------------------------------------------------------
 
@@ -529,13 +539,25 @@ class AgentDaemon:
                 processes.sweep()
             except Exception:
                 log.exception("reap_failed")
+            self._summarise_bad_frames()
             self._call("tick", self._core.tick, time.time())
+
+    def _summarise_bad_frames(self) -> None:
+        suppressed = self._bad_frame_log.summary(time.monotonic())
+        if suppressed is not None:
+            log.warning(
+                "bad_frames_suppressed",
+                count=suppressed.total,
+                peers=suppressed.keys,
+                top={peer: n for peer, n in suppressed.top},
+            )
 
     def _from_master(self, received: Received) -> None:
         message = received.message
         if message is None:
             self.bad_frames_received += 1
-            log.warning("bad_frame_from_master", error=str(received.error))
+            if self._bad_frame_log.allow(_MASTER_PEER, time.monotonic()):
+                log.warning("bad_frame_from_master", error=str(received.error))
             return
         self.messages_received += 1
         if isinstance(message, Error):
@@ -558,7 +580,10 @@ class AgentDaemon:
         message = received.message
         if message is None:
             self.bad_frames_received += 1
-            log.warning("bad_frame_from_executor", peer=received.peer, error=str(received.error))
+            if self._bad_frame_log.allow(received.peer, time.monotonic()):
+                log.warning(
+                    "bad_frame_from_executor", peer=received.peer, error=str(received.error)
+                )
             return
         self.messages_received += 1
         self._call("from_executor", self._core.from_executor, received.peer, message, time.time())

@@ -22,6 +22,9 @@ Reported (all gauges unless marked counter):
   at the master's last PING); absent while there is none.
 - ``agora_agent_messages_received`` and ``agora_agent_bad_frames_received`` (counters, exposed
   with ``_total``): frames from the master and executors that decoded, and that did not.
+- ``agora_agent_bad_frames_by_peer{peer}``: undecodable frames from each of the (at most 10)
+  peers with the most, among the few hundred that sent one most recently; ``peer`` is
+  ``master`` or an executor connection's id.
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ class AgentCounters(Protocol):
 
     @property
     def latest_usage(self) -> tuple[ContainerUsage, ...]: ...
+
+    def bad_frames_by_peer(self) -> list[tuple[str, int]]: ...
 
     def uptime(self) -> float: ...
 
@@ -88,6 +93,15 @@ class AgentCollector(Collector):
                 "undecodable frames received from the master and executors",
                 counters.bad_frames_received,
             )
+            by_peer = GaugeMetricFamily(
+                "agora_agent_bad_frames_by_peer",
+                "undecodable frames from each of the (at most 10) peers with the most, among the"
+                " few hundred that sent one most recently (bounded: a peer may drop out)",
+                labels=["peer"],
+            )
+            for peer, frames in counters.bad_frames_by_peer():
+                by_peer.add_metric([peer], frames)
+            yield by_peer
 
 
 def _core_metrics(core: Agent) -> Iterator[Metric]:

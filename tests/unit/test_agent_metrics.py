@@ -41,9 +41,13 @@ class Counters:
     bad_frames_received: int = 0
     latest_usage: tuple[ContainerUsage, ...] = ()
     started: float = field(default_factory=time.monotonic)
+    by_peer: list[tuple[str, int]] = field(default_factory=list)
 
     def uptime(self) -> float:
         return time.monotonic() - self.started
+
+    def bad_frames_by_peer(self) -> list[tuple[str, int]]:
+        return self.by_peer
 
 
 def busy_agent() -> AgentHarness:
@@ -102,10 +106,11 @@ def test_resources_used_are_live_tasks_and_custom_executors() -> None:
 
 
 def test_container_usage_is_summed_and_omitted_when_there_is_none() -> None:
-    counters = Counters(messages_received=7, bad_frames_received=2)
+    counters = Counters(messages_received=7, bad_frames_received=2, by_peer=[("ab12", 2)])
     samples = scrape(busy_agent(), counters)
     assert samples[("agora_agent_messages_received_total", ())] == 7
     assert samples[("agora_agent_bad_frames_received_total", ())] == 2
+    assert by_label(samples, "agora_agent_bad_frames_by_peer", "peer") == {"ab12": 2}
     assert samples[("agora_agent_uptime_seconds", ())] >= 0
     assert not any(name.startswith("agora_agent_container") for name, _ in samples)
 
