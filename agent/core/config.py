@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from agora.agent.core.run_as import TaskUsers
 from agora.sdk.resources import Resources
 
 __all__ = ["AgentConfig"]
@@ -41,3 +42,5 @@ class AgentConfig:
     executor_shutdown_grace_period: float = 5.0
     #: The built-in command executor is shut down after this long without a live task.
     command_executor_idle_timeout: float = 10.0
+    #: Whom tasks run as and whether root tasks are refused (--switch-user, --allow-root-tasks).
+    task_users: TaskUsers = field(default_factory=TaskUsers)

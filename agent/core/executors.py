@@ -112,7 +112,7 @@ def launch_executor(
             builtin=builtin,
             sandbox=ex.sandbox,
             environment=environment,
-            user=info.command.user or fw.info.user or None,
+            user=info.command.user or st.config.task_users.fallback(fw.info.user) or None,
         )
     )
     return ex

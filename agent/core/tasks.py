@@ -6,7 +6,9 @@ it registers, then go to it (LAUNCH_TASK / LAUNCH_GROUP). A task is STAGING unti
 reports, and leaves the agent when its final update is acknowledged.
 
 Refusals: a task the agent cannot run (malformed, an id that cannot name a directory, another
-definition of a running executor) is answered TASK_ERROR (reason TASK_INVALID) from the agent.
+definition of a running executor) is answered TASK_ERROR (reason TASK_INVALID) from the agent;
+one that would run as a user the agent's flags refuse (root without --allow-root-tasks: see
+``run_as``) is answered TASK_ERROR, reason TASK_UNAUTHORIZED.
 A RUN_TASK for a task the agent already holds is a duplicate and is ignored, as is one for a
 framework being shut down.
 """
@@ -84,6 +86,10 @@ def on_run_task(st: AgentState, msg: RunTask, now: float) -> None:
     if problem is not None:
         _refuse(st, fid, (task,), problem, now)
         return
+    unauthorized = st.config.task_users.problem(task, None, msg.framework_info.user)
+    if unauthorized is not None:
+        _refuse(st, fid, (task,), unauthorized, now, Reason.TASK_UNAUTHORIZED)
+        return
     fw = _framework(st, fid, msg.framework_info)
     if executor is None:
         _assign(st, fw, command_executor_info(fid), True, (task,), False, msg.role, now)
@@ -105,6 +111,12 @@ def on_run_task_group(st: AgentState, msg: RunTaskGroup, now: float) -> None:
     if problem is not None:
         _refuse(st, fid, tasks, problem, now)
         return
+    users = st.config.task_users
+    for task in tasks:
+        unauthorized = users.problem(task, executor, msg.framework_info.user)
+        if unauthorized is not None:
+            _refuse(st, fid, tasks, unauthorized, now, Reason.TASK_UNAUTHORIZED)
+            return
     fw = _framework(st, fid, msg.framework_info)
     _assign(st, fw, executor, False, tasks, True, msg.role, now)
 
@@ -149,12 +161,15 @@ def _executor_problem(st: AgentState, fid: FrameworkID, info: ExecutorInfo) -> s
 
 
 def _refuse(
-    st: AgentState, fid: FrameworkID, tasks: tuple[TaskInfo, ...], problem: str, now: float
+    st: AgentState,
+    fid: FrameworkID,
+    tasks: tuple[TaskInfo, ...],
+    problem: str,
+    now: float,
+    reason: Reason = Reason.TASK_INVALID,
 ) -> None:
     for task in tasks:
-        status = st.agent_status(
-            fid, task.task_id, TaskState.ERROR, Reason.TASK_INVALID, now, message=problem
-        )
+        status = st.agent_status(fid, task.task_id, TaskState.ERROR, reason, now, message=problem)
         st.report(fid, status, now)
 
 

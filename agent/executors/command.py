@@ -78,6 +78,8 @@ DEFAULT_KILL_GRACE_PERIOD: Final = 3.0
 _BAD_TASK_IDS: Final = frozenset({"", ".", ".."})
 #: The environment variable naming the user tasks run as when their command names none.
 TASK_USER_ENV: Final = "AGORA_TASK_USER"
+#: Set to "0" by an agent started --no-switch-user: every task runs as this executor's user.
+SWITCH_USER_ENV: Final = "AGORA_SWITCH_USER"
 #: Set by the agent when this process is a task group's default executor: it exits once its
 #: tasks are over (and their updates acknowledged).
 DEFAULT_EXECUTOR_ENV: Final = "AGORA_DEFAULT_EXECUTOR"
@@ -116,9 +118,10 @@ class CommandExecutor(Executor):
     """Runs each task's CommandInfo as a process (in a container when the agent isolates)."""
 
     def __init__(self) -> None:
-        hidden = set(EXECUTOR_ENV_VARS) | {TASK_USER_ENV, DEFAULT_EXECUTOR_ENV}
+        hidden = set(EXECUTOR_ENV_VARS) | {TASK_USER_ENV, SWITCH_USER_ENV, DEFAULT_EXECUTOR_ENV}
         self._base_env = {k: v for k, v in os.environ.items() if k not in hidden}
         self._default_user = os.environ.get(TASK_USER_ENV) or None
+        self._switch_user = os.environ.get(SWITCH_USER_ENV) != "0"
         self._exit_when_idle = os.environ.get(DEFAULT_EXECUTOR_ENV) == "1"
         self._driver: ExecutorDriver | None = None
         self._processes: TaskProcesses | None = None
@@ -489,7 +492,7 @@ class CommandExecutor(Executor):
             return "The task's command has no value to run through the shell", None
         if not command.shell and not command.argv:
             return "The task's command has no argv", None
-        wanted = command.user or self._default_user
+        wanted = (command.user or self._default_user) if self._switch_user else None
         if wanted is None:
             return None, None
         if self._user is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pwd
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ from typing import Any
 from agora.agent.containers.gpus import Gpu, discover_gpus
 from agora.agent.containers.isolation import ISOLATORS, parse_isolation
 from agora.agent.core import AgentConfig
+from agora.agent.core.run_as import TaskUsers
 from agora.agent.server.resources import host_resources, parse_attributes
 from agora.sdk.discovery import parse_masters
 from agora.sdk.logs import LOG_FORMATS, LOG_LEVELS
@@ -182,9 +184,24 @@ OPTIONS: tuple[Option, ...] = (
         "switch_user",
         parse_bool,
         True,
-        "run executors as the task's user (needs root; a user other than the agent's fails "
-        "the launch without root)",
+        "run executors and tasks as the task's user (needs root; a user other than the agent's "
+        "fails the launch without root); --no-switch-user runs every task as the agent's user",
         flag=True,
+    ),
+    Option(
+        "allow_root_tasks",
+        parse_bool,
+        False,
+        "run tasks whose user is root (by name or uid 0; with --no-switch-user under a root "
+        "agent, every task); refused with TASK_ERROR, reason TASK_UNAUTHORIZED, without",
+        flag=True,
+    ),
+    Option(
+        "default_task_user",
+        _optional_text,
+        None,
+        "the user of a task whose command, executor and framework name none (None: the agent's "
+        "own, refused when that is root unless --allow-root-tasks)",
     ),
     Option(
         "isolation",
@@ -381,6 +398,11 @@ def build(values: Mapping[str, Any]) -> tuple[AgentConfig, DaemonSettings]:
         executor_registration_timeout=values["executor_registration_timeout"],
         executor_shutdown_grace_period=values["executor_shutdown_grace_period"],
         command_executor_idle_timeout=values["command_executor_idle_timeout"],
+        task_users=task_users(
+            switch_user=bool(values["switch_user"]),
+            allow_root_tasks=bool(values["allow_root_tasks"]),
+            default_task_user=values["default_task_user"] or "",
+        ),
     )
     settings = DaemonSettings(
         master=values["master"],
@@ -411,3 +433,22 @@ def build(values: Mapping[str, Any]) -> tuple[AgentConfig, DaemonSettings]:
         gc_disk_headroom=values["gc_disk_headroom"],
     )
     return config, settings
+
+
+def task_users(*, switch_user: bool, allow_root_tasks: bool, default_task_user: str) -> TaskUsers:
+    """The core's task-user rules, with this process's own user and the host's uid-0 names."""
+    uid = os.geteuid()
+    try:
+        me = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        me = "root" if uid == 0 else str(uid)
+    roots = {entry.pw_name for entry in pwd.getpwall() if entry.pw_uid == 0} | {"root"}
+    if uid == 0:
+        roots.add(me)
+    return TaskUsers(
+        switch_user=switch_user,
+        allow_root_tasks=allow_root_tasks,
+        default_task_user=default_task_user,
+        agent_user=me,
+        root_users=frozenset(roots),
+    )

@@ -82,6 +82,8 @@ from agora.sdk.messages import (
     KillTask,
     Message,
     Pong,
+    Reason,
+    StatusUpdateMessage,
     UnregisterAgent,
 )
 from agora.sdk.ratelimit import KeyedLogLimiter
@@ -654,6 +656,16 @@ class AgentDaemon:
                 if isinstance(message, Pong):
                     message = Pong(usage=self.disk.annotate(message.usage))
                     self.latest_usage = message.usage
+                elif (
+                    isinstance(message, StatusUpdateMessage)
+                    and message.update.status.reason is Reason.TASK_UNAUTHORIZED
+                ):
+                    log.warning(
+                        "task_unauthorized",
+                        framework_id=message.update.framework_id,
+                        task_id=message.update.status.task_id,
+                        reason=message.update.status.message,
+                    )
                 self._outbox.append((None, message))
                 queued = True
             elif isinstance(action, ToExecutor):
@@ -714,6 +726,8 @@ class AgentDaemon:
                 required[CONTAINER_CONFIG_ENV] = self._containers.to_json()
                 if user and self._settings.switch_user:
                     required["AGORA_TASK_USER"] = user
+                if not self._settings.switch_user:
+                    required["AGORA_SWITCH_USER"] = "0"
                 if not action.builtin:
                     required["AGORA_DEFAULT_EXECUTOR"] = "1"
                 user = None

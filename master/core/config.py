@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agora.master.allocator import AllocatorConfig
+from agora.master.core.run_as import RunAsPolicy
 from agora.sdk.resources import Resources
 
 __all__ = ["MasterConfig"]
@@ -29,6 +30,8 @@ class MasterConfig:
     unreachable_gc_age: float = 14 * 24 * 3600.0
     #: ... or, oldest first, once there are more of them than this (Mesos: 102,400).
     max_unreachable_agents: int = 102_400
+    #: The ACL's ``[run_as]`` rule, checked on every launch; None: any task runs as any user.
+    run_as: RunAsPolicy | None = None
     #: Roles frameworks may subscribe with; empty admits any valid role name.
     roles: frozenset[str] = frozenset()
     weights: dict[str, float] = field(default_factory=dict)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from agora.master.core.offers import close_offer, with_bundles
+from agora.master.core.run_as import effective_users
 from agora.master.core.state import Framework, MasterState, OutstandingOffer, Task
 from agora.sdk.ids import AgentID, ExecutorID, OfferID, TaskID, id_problem
 from agora.sdk.messages import (
@@ -13,6 +14,7 @@ from agora.sdk.messages import (
     Error,
     ErrorCode,
     ExecutorInfo,
+    FrameworkInfo,
     Launch,
     LaunchGroup,
     Operation,
@@ -188,13 +190,27 @@ class _Launch:
 
     def _launch(self, tasks: list[TaskInfo], group_executor: ExecutorInfo | None) -> None:
         """Launch ``tasks`` all-or-nothing (one task, or one task group)."""
+        reason = Reason.TASK_INVALID
         problem, charges = self._validate(tasks, group_executor)
+        info = self.fw.info
+        if problem is None and self.st.config.run_as is not None:
+            problem, info = self._run_as_problem(tasks, group_executor)
+            reason = Reason.TASK_UNAUTHORIZED
+            if problem is not None:
+                self.st.notice(
+                    "task_unauthorized",
+                    warning=True,
+                    framework_id=self.fw.framework_id,
+                    principal=info.principal,
+                    tasks=",".join(t.task_id for t in tasks),
+                    reason=problem,
+                )
         if problem is not None:
             for task in tasks:
                 status = self.st.master_status(
                     task.task_id,
                     TaskState.ERROR,
-                    Reason.TASK_INVALID,
+                    reason,
                     self.now,
                     agent_id=task.agent_id,
                     message=problem,
@@ -227,7 +243,7 @@ class _Launch:
             st.send(
                 agent.peer,
                 RunTaskGroup(
-                    framework_info=fw.info,
+                    framework_info=info,
                     framework_id=fw.framework_id,
                     executor=group_executor,
                     task_group=TaskGroupInfo(tasks=tuple(tasks)),
@@ -238,12 +254,31 @@ class _Launch:
             st.send(
                 agent.peer,
                 RunTask(
-                    framework_info=fw.info,
+                    framework_info=info,
                     framework_id=fw.framework_id,
                     task=tasks[0],
                     role=offer.role,
                 ),
             )
+
+    def _run_as_problem(
+        self, tasks: list[TaskInfo], group_executor: ExecutorInfo | None
+    ) -> tuple[str | None, FrameworkInfo]:
+        """The ACL's run_as rule: why a task may not run as its user (None: all may), and the
+        framework info to send the agent, carrying the principal's default user when the
+        framework names none (so the agent never falls back on its own identity)."""
+        policy, info = self.st.config.run_as, self.fw.info
+        assert policy is not None
+        principal = info.principal
+        fallback = info.user or policy.default_user(principal)
+        for task in tasks:
+            for user in effective_users(task, group_executor, fallback):
+                problem = policy.problem(principal, user)
+                if problem is not None:
+                    return f"task {task.task_id}: {problem}", info
+        if not info.user and fallback:
+            info = replace(info, user=fallback)
+        return None, info
 
     def _validate(
         self, tasks: list[TaskInfo], group_executor: ExecutorInfo | None

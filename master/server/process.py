@@ -20,6 +20,7 @@ from typing import IO, TYPE_CHECKING
 
 import structlog
 import zmq
+from agora.master.core.run_as import RunAsPolicy
 from agora.master.election.storage import StorageError
 from agora.master.election.types import RaftConfig
 from agora.master.server.config import DaemonSettings
@@ -70,7 +71,7 @@ async def _serve_locked(settings: DaemonSettings) -> int:
     history = History(settings.history, settings.advertise or server.endpoint)
     leadership: Leadership | None = None
     try:
-        config = replace(settings.master, address=server.endpoint)
+        config = replace(settings.master, address=server.endpoint, run_as=run_as_policy(acl))
         me = settings.advertise or server.endpoint
         masters = settings.masters or (me,)
         if me not in masters:
@@ -251,6 +252,13 @@ def _advertised_http(url: str, me: str) -> str:
         return ""
     shown = f"[{host}]" if ":" in host else host
     return f"{scheme}://{shown}:{port}"
+
+
+def run_as_policy(acl: Acl | None) -> RunAsPolicy | None:
+    """The core's run_as rule from the ACL (None: no ACL or no ``[run_as]``, any user)."""
+    if acl is None or acl.run_as is None:
+        return None
+    return RunAsPolicy(users=dict(acl.run_as), defaults=dict(acl.default_user))
 
 
 def _loopback(host: str) -> bool:

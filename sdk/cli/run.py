@@ -93,6 +93,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     run.add_argument("--mem", type=positive_float, default=32.0, help="memory in MB (default 32)")
     run.add_argument("--name", default="agora-run", help="task and framework name")
     run.add_argument(
+        "--user",
+        help="Unix user to run the task as (default: yours); the master's ACL and the agent's "
+        "flags decide whether it may",
+    )
+    run.add_argument(
         "--task-id", help="task id (default: the name and a random suffix, unique per run)"
     )
     run.add_argument(
@@ -115,6 +120,8 @@ class RunOptions:
     task_id: str | None = None
     timeout: float = 30.0
     verbose: bool = False
+    #: The framework's Unix user, whom the task runs as (None: the invoking user).
+    user: str | None = None
     #: CURVE credentials, for a master with CURVE on.
     curve: CurveClient | None = None
 
@@ -139,6 +146,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         task_id=args.task_id,
         timeout=args.timeout,
         verbose=args.verbose,
+        user=args.user,
         curve=curve,
     )
     return asyncio.run(run_task(opts, sys.stdout.buffer, sys.stderr.buffer))
@@ -293,7 +301,8 @@ async def run_task(opts: RunOptions, out: BinaryIO, err: BinaryIO) -> int:
     """Run ``opts.argv`` as one task; the exit status to end with."""
     task_id = TaskID(opts.task_id or f"{opts.name}-{uuid.uuid4().hex[:8]}")
     sched = RunScheduler(opts, task_id, out, err)
-    framework = FrameworkInfo(name=opts.name, user=getpass.getuser(), hostname=socket.gethostname())
+    user = opts.user or getpass.getuser()
+    framework = FrameworkInfo(name=opts.name, user=user, hostname=socket.gethostname())
     driver = SchedulerDriver(sched, framework, opts.master, curve=opts.curve)
     runner = asyncio.create_task(driver.run())
     interrupts = asyncio.Queue[int]()

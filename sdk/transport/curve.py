@@ -132,6 +132,12 @@ class Acl:
     the default role); None = any role. A None principal (CURVE off) matches only ``"*"``.
     In a file, a missing ``agents`` means ``["*"]``, a missing ``operators`` means nobody and a
     missing ``[roles]`` table means any role.
+
+    ``run_as``: principal -> Unix users its tasks may run as (``"*"`` in a list: any user; the
+    ``"*"`` key: the default for principals not listed); None (no ``[run_as]`` table) = any user.
+    ``default_user``: principal -> the user a task runs as when neither it nor its framework
+    names one (the ``"*"`` key: default); without an entry, the principal's first ``run_as``
+    user (unless that is ``"*"``).
     """
 
     agents: frozenset[str] = frozenset({ANY})
@@ -139,6 +145,8 @@ class Acl:
     roles: Mapping[str, frozenset[str]] | None = field(default=None)
     #: Principals that may send election traffic (other masters); in a file, missing means any.
     masters: frozenset[str] = frozenset({ANY})
+    run_as: Mapping[str, tuple[str, ...]] | None = field(default=None)
+    default_user: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Acl:
@@ -154,19 +162,35 @@ class Acl:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, source: str = "ACL") -> Acl:
-        unknown = sorted(set(data) - {"agents", "operators", "roles", "masters"})
+        known = {"agents", "operators", "roles", "masters", "run_as", "default_user"}
+        unknown = sorted(set(data) - known)
         if unknown:
             raise AclError(f"{source}: unknown key(s) {', '.join(unknown)}")
         agents = _names(data.get("agents", [ANY]), f"{source}: agents")
         operators = _names(data.get("operators", []), f"{source}: operators")
         masters = _names(data.get("masters", [ANY]), f"{source}: masters")
         table = data.get("roles")
-        if table is None:
-            return cls(agents, operators, None, masters)
-        if not isinstance(table, dict):
-            raise AclError(f"{source}: roles must be a table of principal = [roles]")
-        roles = {str(k): _names(v, f"{source}: roles.{k}") for k, v in table.items()}
-        return cls(agents, operators, roles, masters)
+        roles: dict[str, frozenset[str]] | None = None
+        if table is not None:
+            if not isinstance(table, dict):
+                raise AclError(f"{source}: roles must be a table of principal = [roles]")
+            roles = {str(k): _names(v, f"{source}: roles.{k}") for k, v in table.items()}
+        run_as: dict[str, tuple[str, ...]] | None = None
+        table = data.get("run_as")
+        if table is not None:
+            if not isinstance(table, dict):
+                raise AclError(f"{source}: run_as must be a table of principal = [users]")
+            run_as = {}
+            for k, v in table.items():
+                _names(v, f"{source}: run_as.{k}")
+                run_as[str(k)] = tuple(dict.fromkeys(v))
+        table = data.get("default_user", {})
+        if not isinstance(table, dict) or not all(
+            isinstance(v, str) and v and v != ANY for v in table.values()
+        ):
+            raise AclError(f"{source}: default_user must be a table of principal = \"user\"")
+        defaults = {str(k): str(v) for k, v in table.items()}
+        return cls(agents, operators, roles, masters, run_as, defaults)
 
     def may_elect(self, principal: str | None) -> bool:
         """May ``principal`` take part in the masters' election (send RAFT_* messages)?"""

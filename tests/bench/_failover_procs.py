@@ -111,6 +111,7 @@ class Group:
                 *("--hostname", name, "--isolation", "posix", "--http-port", "none"),
                 *("--resources", self.agent_resources, "--executor-bind", "tcp://127.0.0.1:0"),
                 *("--log-level", "warning"),
+                "--allow-root-tasks",  # the bench's tasks name no user; it may run as root
             ]
             daemon = Daemon(name, argv, self.work_dir / "logs" / f"{name}.log")
             self.agent_daemons.append(daemon)

@@ -193,6 +193,7 @@ class FaultCluster:
                     str(self.history(name)),
                     "--http-bind",
                     self.rig.hosts[host].address,
+                    "--allow-root-tasks",  # the suite's tasks name no user and it runs as root
                     *AGENT_ARGS,
                 ]
                 self.agents.append(self._spawn(host, name, argv))

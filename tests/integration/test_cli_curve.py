@@ -167,6 +167,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CurveCluster]:
                     *("--work-dir", str(tmp / "agent-work"), "--hostname", "agent-1"),
                     *("--resources", "cpus:2;mem:1024;disk:1024"),
                     *("--executor-bind", "tcp://127.0.0.1:0"),
+                    "--allow-root-tasks",  # `agora run` runs as the invoking user: root here
                     *("--curve-secret-key", str(keys / "agent-1.key_secret")),
                     *("--curve-server-key", str(keys / "master.key")),
                 ],

@@ -153,6 +153,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MpiRig]:
                     *("--work-dir", str(root / f"agent-{host}"), "--hostname", f"agent-{host}"),
                     *("--resources", "cpus:2;mem:2048", "--executor-bind", "tcp://127.0.0.1:0"),
                     *("--http-port", "none", "--recovery-timeout", "5"),
+                    "--allow-root-tasks",  # the MPI ranks run as the (root) submitter
                 ],
             )
 

@@ -211,6 +211,9 @@ def agent_process(tmp_path: Path, master: str, *extra: str) -> Iterator[AgentPro
         # containers have tests of their own).
         "--isolation",
         "posix",
+        # The tests run tasks that name no user under a root test run (--no-allow-root-tasks in
+        # ``extra`` turns the refusal back on).
+        "--allow-root-tasks",
         *extra,
     ]
     with open(log_path, "wb") as log:

@@ -77,6 +77,7 @@ class LocalCluster:
             f"agent-{i}",
             "--recovery-timeout",
             TEST_RECOVERY_TIMEOUT,
+            "--allow-root-tasks",  # the tests' tasks name no user; the suite may run as root
         ]
         if self.agent_resources:
             args += ["--resources", self.agent_resources]
