@@ -1,8 +1,10 @@
 """The agent's state machine: stimuli in (``from_master``, ``from_executor``, ``tick``, ...),
-actions out. Pure: no I/O, no clock, no randomness. See ``agent.py`` for the shell's contract."""
+actions out. Pure: no I/O, no clock, no randomness but the injected executor-secret source.
+See ``agent.py`` for the shell's contract."""
 
 from agora.agent.core.actions import (
     Action,
+    ExecutorRefused,
     LaunchExecutor,
     SignalExecutor,
     Terminate,
@@ -31,6 +33,7 @@ __all__ = [
     "CheckpointError",
     "Delete",
     "ExecutorKey",
+    "ExecutorRefused",
     "ExecutorState",
     "LaunchExecutor",
     "Put",

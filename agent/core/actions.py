@@ -10,6 +10,7 @@ from agora.sdk.messages import ExecutorInfo, Message
 
 __all__ = [
     "Action",
+    "ExecutorRefused",
     "LaunchExecutor",
     "SignalExecutor",
     "Terminate",
@@ -43,9 +44,10 @@ class LaunchExecutor:
     (``python -m agora.agent.executors.command``); otherwise run ``info.command``.
 
     ``environment`` holds the executor's own ``CommandInfo.environment`` overlaid with what the
-    core knows: AGORA_FRAMEWORK_ID, AGORA_EXECUTOR_ID, AGORA_AGENT_ID and
-    AGORA_SHUTDOWN_GRACE_PERIOD. The shell adds what only it knows: AGORA_AGENT_ENDPOINT,
-    AGORA_SANDBOX (absolute) and AGORA_RECOVERY_TIMEOUT, on top of its base environment.
+    core knows: AGORA_FRAMEWORK_ID, AGORA_EXECUTOR_ID, AGORA_AGENT_ID,
+    AGORA_SHUTDOWN_GRACE_PERIOD and AGORA_EXECUTOR_SECRET (never log it). The shell adds what
+    only it knows: AGORA_AGENT_ENDPOINT, AGORA_SANDBOX (absolute) and AGORA_RECOVERY_TIMEOUT, on
+    top of its base environment.
     ``user`` is the user to run as (None: the agent's own).
 
     The shell must answer every LaunchExecutor with exactly one of ``Agent.executor_exited``
@@ -81,4 +83,15 @@ class Terminate:
     reason: str
 
 
-Action = ToMaster | ToExecutor | LaunchExecutor | SignalExecutor | Terminate
+@dataclass(frozen=True, slots=True)
+class ExecutorRefused:
+    """A REGISTER/REREGISTER_EXECUTOR from ``peer`` claimed an executor without its secret
+    (``reason``: "missing secret" or "wrong secret"); it changed nothing. The shell logs it."""
+
+    framework_id: FrameworkID
+    executor_id: ExecutorID
+    peer: str
+    reason: str
+
+
+Action = ToMaster | ToExecutor | LaunchExecutor | SignalExecutor | Terminate | ExecutorRefused

@@ -10,11 +10,14 @@ calls ``tick`` regularly (every 0.1 s or so), and performs the returned actions 
 * ``LaunchExecutor(...)``: start the process; later call ``executor_exited`` or, if it could not
   start, ``executor_launch_failed`` (exactly one of them per LaunchExecutor);
 * ``SignalExecutor(fid, eid, kill)``: SIGTERM / SIGKILL its process group (gone: ignore);
-* ``Terminate(reason)``: see its docstring; the core is inert afterwards.
+* ``Terminate(reason)``: see its docstring; the core is inert afterwards;
+* ``ExecutorRefused(fid, eid, peer, reason)``: a registration without the executor's secret was
+  refused (log it as a warning; nothing changed).
 
 ``now`` is any clock that only moves forward (all timers are relative); the core stamps the
 statuses it generates with it, so the daemon should pass wall-clock ``time.time()``.
-Nothing here does I/O, reads a clock or draws random numbers.
+Nothing here does I/O, reads a clock or draws random numbers, except the executor secrets drawn
+from the injected ``new_secret`` (executor_auth.py).
 
 Checkpointing (write-ahead): after every stimulus (or burst of stimuli), and before performing
 any of the actions they returned, the daemon calls ``checkpoint()``, writes the records it
@@ -32,8 +35,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Set
 from typing import Any
 
-from agora.agent.core import checkpoint, executors, limits, recovery, registration, tasks
-from agora.agent.core.actions import Action, SignalExecutor, Terminate
+from agora.agent.core import (
+    checkpoint,
+    executor_auth,
+    executors,
+    limits,
+    recovery,
+    registration,
+    tasks,
+)
+from agora.agent.core.actions import Action, ExecutorRefused, SignalExecutor, Terminate
 from agora.agent.core.checkpoint import Delete, Put
 from agora.agent.core.config import AgentConfig
 from agora.agent.core.state import AgentState, ExecutorKey, ExecutorState
@@ -78,9 +89,13 @@ _WORK: dict[type[Any], _Handler] = {
 class Agent:
     """The agent's state machine (sans-IO)."""
 
-    def __init__(self, config: AgentConfig) -> None:
+    def __init__(
+        self, config: AgentConfig, *, new_secret: Callable[[], str] = executor_auth.random_secret
+    ) -> None:
+        """``new_secret``: where each launched executor's secret comes from (see
+        executor_auth.py); random by default, a deterministic simulation passes its own."""
         updates = StatusUpdateManager(config.status_update_retry, config.status_update_retry_max)
-        self._st = AgentState(config=config, updates=updates)
+        self._st = AgentState(config=config, updates=updates, new_secret=new_secret)
 
     # --- views -----------------------------------------------------------------------------
     @property
@@ -178,6 +193,12 @@ class Agent:
             return self._finish()
         if isinstance(message, RegisterExecutor | ReregisterExecutor):
             known = st.executors.get((message.framework_id, message.executor_id))
+            refused = executor_auth.refusal(known, message.secret)
+            if refused is not None:  # not the process we launched: nothing changes
+                st.outbox.append(
+                    ExecutorRefused(message.framework_id, message.executor_id, peer, refused)
+                )
+                return self._finish()
             recovering = known is not None and known.state is ExecutorState.RECOVERING
         if isinstance(message, RegisterExecutor):
             if recovering:

@@ -8,7 +8,8 @@ kind       key                     value
 agent      ``"id"``                :class:`AgentRecord`: the agent id
 framework  framework id            :class:`FrameworkRecord`: FrameworkInfo, terminating
 executor   ``fid`` + ``eid``       :class:`ExecutorRecord`: info, builtin, state, shutdown
-                                   requested, queued and successor launches, recovery kill
+                                   requested, queued and successor launches, recovery kill,
+                                   the executor's secret
 task       ``fid`` + ``tid``       :class:`TaskRecord`: TaskInfo, executor id, role, state,
                                    launched
 stream     ``fid`` + ``tid``       :class:`StreamRecord`: pending updates in order, seen uuids
@@ -137,6 +138,8 @@ class ExecutorRecord(Record):
     successor: Annotated[tuple[LaunchRecord, ...], MaxItems(_MANY)] = ()
     exit_reason: Reason | None = None
     exit_message: str = ""
+    #: Its secret (executor_auth.py), so that a restarted agent still knows it ("": none).
+    secret: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -184,6 +187,7 @@ def _executor(ex: Executor) -> bytes:
             shutdown_requested=ex.shutdown_requested,
             exit_reason=ex.exit_reason,
             exit_message=ex.exit_message,
+            secret=ex.secret,
         )
     )
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from agora.agent.core.actions import LaunchExecutor, SignalExecutor
+from agora.agent.core.executor_auth import SECRET_ENV
 from agora.agent.core.state import (
     COMMAND_EXECUTOR_ID,
     AgentState,
@@ -93,7 +94,10 @@ def launch_executor(
         builtin=builtin,
         state=ExecutorState.LAUNCHING,
         launched_at=now,
+        secret=st.new_secret(),
     )
+    if not ex.secret:
+        raise ValueError("the executor secret source gave an empty secret")
     st.executors[ex.key] = ex
     st.touch(ex)
     fw.executors.add(ex.executor_id)
@@ -104,6 +108,7 @@ def launch_executor(
         AGORA_AGENT_ID=str(st.agent_id),
         AGORA_SHUTDOWN_GRACE_PERIOD=str(st.config.executor_shutdown_grace_period),
     )
+    environment[SECRET_ENV] = ex.secret
     st.outbox.append(
         LaunchExecutor(
             framework_id=ex.framework_id,

@@ -127,6 +127,7 @@ def _rebuild(st: AgentState, data: checkpoint.Decoded) -> None:
             shutdown_requested=er.shutdown_requested,
             exit_reason=er.exit_reason,
             exit_message=er.exit_message,
+            secret=er.secret,
         )
         st.executors[ex.key] = ex
         fw.executors.add(ex.executor_id)

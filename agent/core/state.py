@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from agora.agent.core.actions import Action, ToExecutor, ToMaster
@@ -105,6 +106,10 @@ class Executor:
     exit_message: str = ""
     #: RECOVERING only: kills of launched tasks, sent once it re-registers.
     pending_kills: list[TaskID] = field(default_factory=list)
+    #: The secret it was launched with (AGORA_EXECUTOR_SECRET): its REGISTER/REREGISTER_EXECUTOR
+    #: must carry it (see executor_auth.py). "": recovered from a checkpoint written before
+    #: executors had secrets. Never in a repr, so never in a log.
+    secret: str = field(default="", repr=False)
 
     @property
     def key(self) -> ExecutorKey:
@@ -184,6 +189,8 @@ class AgentState:
     launch_seq: int = 0
     #: Mixed into minted uuids so that an agent recovered from a checkpoint never repeats one.
     uuid_salt: str = ""
+    #: Where executor secrets come from (the core's only randomness, injected like the clock).
+    new_secret: Callable[[], str] = field(default=lambda: "", repr=False)
     _serial: int = 0
 
     # --- identity ----------------------------------------------------------------------

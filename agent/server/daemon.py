@@ -44,6 +44,7 @@ from agora.agent.containers.isolation import CONTAINER_CONFIG_ENV, ContainerConf
 from agora.agent.core import (
     Agent,
     AgentConfig,
+    ExecutorRefused,
     LaunchExecutor,
     SignalExecutor,
     Terminate,
@@ -168,6 +169,8 @@ class AgentDaemon:
         #: Frames from the master and executors that decoded, and that did not.
         self.messages_received = 0
         self.bad_frames_received = 0
+        #: Registrations refused for a missing or wrong executor secret.
+        self.executor_auth_refused = 0
         #: Bad-frame warnings per peer ("master" or an executor's): a few a second, the rest
         #: counted and summarised; also the per-peer counts /metrics shows.
         self._bad_frame_log = KeyedLogLimiter(rate=3.0, burst=3, max_keys=256)
@@ -689,6 +692,15 @@ class AgentDaemon:
                     self._processes.signal(action.framework_id, action.executor_id, action.kill)
                 except OSError as exc:
                     log.warning("executor_signal_failed", error=str(exc))
+            elif isinstance(action, ExecutorRefused):
+                self.executor_auth_refused += 1
+                log.warning(
+                    "executor_auth_refused",
+                    framework_id=action.framework_id,
+                    executor_id=action.executor_id,
+                    peer=action.peer,
+                    reason=action.reason,
+                )
             elif isinstance(action, Terminate):
                 log.warning("agent_terminated_by_master", reason=action.reason)
                 self._terminated_by_master = True

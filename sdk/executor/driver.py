@@ -22,7 +22,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, NoReturn
 
 import structlog
@@ -79,6 +79,7 @@ EXECUTOR_ENV_VARS: Final = (
     "AGORA_SANDBOX",
     "AGORA_SHUTDOWN_GRACE_PERIOD",
     "AGORA_RECOVERY_TIMEOUT",
+    "AGORA_EXECUTOR_SECRET",
 )
 #: Framework messages held while the agent link is down (oldest dropped beyond this).
 HELD_MESSAGES_MAX: Final = 1024
@@ -102,6 +103,8 @@ class ExecutorEnvironment:
     agent_id: AgentID | None = None
     shutdown_grace_period: float = DEFAULT_SHUTDOWN_GRACE_PERIOD
     recovery_timeout: float = DEFAULT_RECOVERY_TIMEOUT
+    #: The agent's secret for this executor, sent with every (re-)registration ("": none given).
+    secret: str = field(default="", repr=False)
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> ExecutorEnvironment:
@@ -136,6 +139,7 @@ class ExecutorEnvironment:
                 "AGORA_SHUTDOWN_GRACE_PERIOD", DEFAULT_SHUTDOWN_GRACE_PERIOD
             ),
             recovery_timeout=seconds("AGORA_RECOVERY_TIMEOUT", DEFAULT_RECOVERY_TIMEOUT),
+            secret=environ.get("AGORA_EXECUTOR_SECRET", ""),
         )
 
 
@@ -467,7 +471,9 @@ class ExecutorDriver:
         env = self._env
         if not self._ever_registered:
             self._queue(
-                RegisterExecutor(framework_id=env.framework_id, executor_id=env.executor_id)
+                RegisterExecutor(
+                    framework_id=env.framework_id, executor_id=env.executor_id, secret=env.secret
+                )
             )
         else:
             self._queue(self._reregistration())
@@ -478,7 +484,11 @@ class ExecutorDriver:
         tasks = tuple(self._tasks.values())[:_REREGISTER_ITEMS_MAX]
         updates = tuple(self._updates.values())[:_REREGISTER_ITEMS_MAX]
         message = ReregisterExecutor(
-            framework_id=env.framework_id, executor_id=env.executor_id, tasks=tasks, updates=updates
+            framework_id=env.framework_id,
+            executor_id=env.executor_id,
+            tasks=tasks,
+            updates=updates,
+            secret=env.secret,
         )
         try:
             encode(message)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID
-from agora.sdk.messages._record import Message
+from agora.sdk.messages._record import Message, ShortStr
 from agora.sdk.messages.common import (
     AgentInfo,
     ExecutorInfo,
@@ -36,6 +36,9 @@ class RegisterExecutor(Message):
     NAME: ClassVar[str] = "REGISTER_EXECUTOR"
     framework_id: FrameworkID
     executor_id: ExecutorID
+    #: The per-executor secret the agent gave the process (AGORA_EXECUTOR_SECRET): the agent
+    #: refuses a registration without the right one.
+    secret: ShortStr = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -57,6 +60,8 @@ class ReregisterExecutor(Message):
     executor_id: ExecutorID
     tasks: tuple[TaskInfo, ...] = ()
     updates: tuple[StatusUpdate, ...] = ()
+    #: As in REGISTER_EXECUTOR: without the right secret, the agent changes nothing.
+    secret: ShortStr = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -152,9 +152,16 @@ class AgentHarness:
     def start_executor(
         self, peer: str, executor_id: str = "agora-command", framework_id: FrameworkID = FID
     ) -> list[Action]:
+        eid = ExecutorID(executor_id)
+        secret = self.secret(executor_id, framework_id)
         return self.executor(
-            peer, RegisterExecutor(framework_id=framework_id, executor_id=ExecutorID(executor_id))
+            peer, RegisterExecutor(framework_id=framework_id, executor_id=eid, secret=secret)
         )
+
+    def secret(self, executor_id: str, framework_id: FrameworkID = FID) -> str:
+        """The secret the agent launched this executor with ("" if it does not know it)."""
+        ex = self.agent.state.executors.get((framework_id, ExecutorID(executor_id)))
+        return ex.secret if ex is not None else ""
 
     def next_uuid(self) -> bytes:
         self._uuid += 1

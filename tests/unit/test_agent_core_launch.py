@@ -65,7 +65,9 @@ def test_command_task_launches_the_builtin_executor_and_waits_for_it() -> None:
         "AGORA_EXECUTOR_ID": "agora-command",
         "AGORA_AGENT_ID": AGENT_ID,
         "AGORA_SHUTDOWN_GRACE_PERIOD": "5.0",
+        "AGORA_EXECUTOR_SECRET": h.secret("agora-command"),
     }
+    assert len(h.secret("agora-command")) >= 43  # 32 random bytes
     assert not of_type(out, ToMaster)
     task = h.st.tasks[(FID, TaskID("t1"))]
     assert (task.state, task.launched) == (TaskState.STAGING, False)
@@ -292,7 +294,10 @@ def test_reregistering_executor_is_rebound_and_its_updates_taken() -> None:
     out = h.executor(
         "new-peer",
         ReregisterExecutor(
-            framework_id=FID, executor_id=COMMAND_EXECUTOR_ID, updates=(dup, resent)
+            framework_id=FID,
+            executor_id=COMMAND_EXECUTOR_ID,
+            updates=(dup, resent),
+            secret=h.secret(COMMAND_EXECUTOR_ID),
         ),
     )
     msgs = to_executor(out, "new-peer")

@@ -334,7 +334,10 @@ def test_a_terminating_executor_that_reconnects_is_told_again() -> None:
     h.run("t1", executor=executor_info("exec-1"))
     h.start_executor("ex", "exec-1")
     h.master(ShutdownFramework(framework_id=FID))
-    out = h.executor("ex2", ReregisterExecutor(framework_id=FID, executor_id=ExecutorID("exec-1")))
+    again = ReregisterExecutor(
+        framework_id=FID, executor_id=ExecutorID("exec-1"), secret=h.secret("exec-1")
+    )
+    out = h.executor("ex2", again)
     assert to_executor(out, "ex2") == [
         ShutdownExecutor(framework_id=FID, executor_id=ExecutorID("exec-1"))
     ]

@@ -31,6 +31,7 @@ from agora.agent.core import (
     is_final,
 )
 from agora.agent.core.checkpoint import ExecutorRecord
+from agora.agent.core.executor_auth import SECRET_ENV
 from agora.agent.server.journal import Journal
 from agora.sdk.codec import unpack_record
 from agora.sdk.ids import ExecutorID, FrameworkID, TaskID
@@ -88,6 +89,8 @@ class Proc:
     unacked: dict[bytes, StatusUpdate] = field(default_factory=dict)
     sent: list[StatusUpdate] = field(default_factory=list)
     done: set[TaskID] = field(default_factory=set)
+    #: The AGORA_EXECUTOR_SECRET the agent launched it with.
+    secret: str = ""
 
 
 @dataclass
@@ -145,7 +148,9 @@ class World:
             if isinstance(a, LaunchExecutor):
                 self._serial += 1
                 key = (a.framework_id, a.executor_id)
-                self.procs[key] = Proc(key, f"{a.executor_id}#{self._serial}")
+                self.procs[key] = Proc(
+                    key, f"{a.executor_id}#{self._serial}", secret=a.environment[SECRET_ENV]
+                )
                 self.all_procs.append(self.procs[key])
             elif isinstance(a, SignalExecutor):
                 self._die((a.framework_id, a.executor_id))
@@ -206,9 +211,10 @@ class World:
                 executor_id=eid,
                 tasks=tuple(t for t in proc.tasks.values() if t.task_id not in proc.done),
                 updates=tuple(proc.unacked.values()),
+                secret=proc.secret,
             )
         else:
-            msg = RegisterExecutor(framework_id=fid, executor_id=eid)
+            msg = RegisterExecutor(framework_id=fid, executor_id=eid, secret=proc.secret)
         m = wire(msg)
         self.stim(lambda a: a.from_executor(proc.peer, m, self.now))
 

@@ -75,6 +75,10 @@ async def until(condition: Callable[[], Any], timeout: float = 10.0) -> None:
             await asyncio.sleep(0.005)
 
 
+#: What the agent would put in AGORA_EXECUTOR_SECRET.
+SECRET = "the-executors-own-secret"
+
+
 def environ(endpoint: str, **extra: str) -> dict[str, str]:
     env = {
         "AGORA_AGENT_ENDPOINT": endpoint,
@@ -82,6 +86,7 @@ def environ(endpoint: str, **extra: str) -> dict[str, str]:
         "AGORA_EXECUTOR_ID": EXECUTOR_ID,
         "AGORA_AGENT_ID": AGENT_ID,
         "AGORA_SANDBOX": "/tmp",
+        "AGORA_EXECUTOR_SECRET": SECRET,
     }
     env.update(extra)
     return env
@@ -221,7 +226,7 @@ def test_registers_then_dispatches_launch_and_reports_filled_in_updates() -> Non
         assert framework_info.framework_id == FRAMEWORK_ID
         assert h.driver.registered and h.driver.agent_id == AGENT_ID
         assert h.driver.framework_info == framework_info
-        assert len(h.agent.messages(RegisterExecutor)) == 1
+        assert [m.secret for m in h.agent.messages(RegisterExecutor)] == [SECRET]
 
         await h.agent.send(launch("t1"))
         final = await h.agent.wait_terminal("t1")
@@ -347,6 +352,7 @@ def test_unacknowledged_updates_and_tasks_ride_in_the_reregistration() -> None:
             again = await second.wait_for(lambda: second.messages(ReregisterExecutor), 20)
             assert [u.status.uuid for u in again[0].updates] == sent
             assert [t.task_id for t in again[0].tasks] == ["t1"]
+            assert again[0].secret == SECRET
             await rec.wait(lambda: "reregistered" in rec.names())
             held = await second.wait_for(lambda: second.messages(ExecutorToFramework))
             assert held[0].data == b"while away"

@@ -134,7 +134,9 @@ def _killed_on_the_executor(kill_id: str) -> AgentHarness:
 
 def _reregister_executor(h: AgentHarness, peer: str, *updates: StatusUpdate) -> list[object]:
     executor = ExecutorID("agora-command")
-    message = ReregisterExecutor(framework_id=FID, executor_id=executor, updates=updates)
+    message = ReregisterExecutor(
+        framework_id=FID, executor_id=executor, updates=updates, secret=h.secret(executor)
+    )
     return list(h.executor(peer, message))
 
 
