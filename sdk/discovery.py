@@ -1,15 +1,30 @@
-"""Where the master is: one rule shared by the CLI, the SDK drivers and the operator client."""
+"""Where the master is, and this user's CURVE keys for it: one rule shared by the CLI, the SDK
+drivers and the operator client."""
 
 from __future__ import annotations
 
 import os
+import pwd
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
-__all__ = ["DEFAULT_MASTER", "agora_home", "master_address", "normalize_endpoint", "parse_masters"]
+__all__ = [
+    "DEFAULT_MASTER",
+    "MASTER_KEY",
+    "agora_home",
+    "client_key_files",
+    "client_principal",
+    "keys_dir",
+    "master_address",
+    "normalize_endpoint",
+    "parse_masters",
+]
 
 DEFAULT_MASTER: Final = "tcp://127.0.0.1:5050"
+#: The stem of the masters' shared key in :func:`keys_dir` (also their principal).
+MASTER_KEY: Final = "master"
 
 
 def agora_home(environ: Mapping[str, str] | None = None) -> Path:
@@ -17,6 +32,32 @@ def agora_home(environ: Mapping[str, str] | None = None) -> Path:
     env = os.environ if environ is None else environ
     home = env.get("AGORA_HOME", "").strip()
     return Path(home).expanduser() if home else Path.home() / ".agora"
+
+
+def keys_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """``$AGORA_HOME/keys``: where ``agora local`` keeps its CURVE keys (mode 0700)."""
+    return agora_home(environ) / "keys"
+
+
+def client_principal(uid: int | None = None) -> str:
+    """``user-<login name>`` of ``uid`` (default: this process's user), the principal and key
+    file stem ``agora local`` gives the user who starts it (``user-<uid>`` without a name)."""
+    uid = os.geteuid() if uid is None else uid
+    try:
+        name = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        name = str(uid)
+    return "user-" + (re.sub(r"[^A-Za-z0-9_.-]", "_", name).lstrip(".") or str(uid))
+
+
+def client_key_files(environ: Mapping[str, str] | None = None) -> tuple[Path, Path] | None:
+    """(this user's secret key, the masters' public key) in :func:`keys_dir`, when both are
+    there and readable by this user; else None (no keys, or another user's directory)."""
+    folder = keys_dir(environ)
+    secret, server = folder / f"{client_principal()}.key_secret", folder / f"{MASTER_KEY}.key"
+    if all(os.path.isfile(p) and os.access(p, os.R_OK) for p in (secret, server)):
+        return secret, server
+    return None
 
 
 def master_address(explicit: str | None = None, *, environ: Mapping[str, str] | None = None) -> str:

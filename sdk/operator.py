@@ -35,7 +35,7 @@ from agora.sdk.messages.operator import (
     UpdateWeights,
 )
 from agora.sdk.resources import Resources
-from agora.sdk.transport import MasterLink
+from agora.sdk.transport import MasterLink, discover_client
 
 if TYPE_CHECKING:
     from agora.sdk.transport.curve import CurveClient
@@ -56,11 +56,12 @@ class OperatorError(RuntimeError):
 
 
 class OperatorClient:
-    """Operator calls to the master at ``master`` (``curve``: credentials when CURVE is on)."""
+    """Operator calls to the master at ``master`` (``curve``: credentials when CURVE is on; by
+    default this user's keys in ``$AGORA_HOME/keys`` if ``agora local`` wrote them)."""
 
     def __init__(self, master: str, *, curve: CurveClient | None = None) -> None:
         self.master = master
-        self._curve = curve
+        self._curve = curve if curve is not None else discover_client()
 
     async def get_state(
         self, timeout: float = DEFAULT_TIMEOUT, *, query: GetState | None = None

@@ -30,6 +30,13 @@ def run(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None)
     except (ConfigError, ValueError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
+    if curve is None:
+        log.warning(
+            "running_insecure",
+            hint="no CURVE: the link to the master is neither encrypted nor authenticated, and "
+            "anyone who reaches the master could pose as this agent; give --curve-secret-key and "
+            "--curve-server-key",
+        )
     daemon = AgentDaemon(config, settings, curve=curve, environ=env)
     return asyncio.run(daemon.run())
 

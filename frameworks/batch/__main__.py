@@ -37,7 +37,7 @@ from agora.sdk.messages import ErrorCode, FrameworkInfo
 from agora.sdk.messages.enums import FrameworkCapability
 from agora.sdk.operator import OperatorClient
 from agora.sdk.scheduler import DriverError, SchedulerDriver
-from agora.sdk.transport import CurveClient
+from agora.sdk.transport import CurveClient, discover_client
 
 __all__ = ["main"]
 
@@ -89,6 +89,14 @@ async def _serve(settings: ServiceSettings, store: JobStore) -> int:
     curve = None
     if settings.curve_secret_key and settings.curve_server_key:
         curve = CurveClient(settings.curve_secret_key, settings.curve_server_key)
+    else:
+        curve = discover_client()  # this user's keys from agora local, if any
+    if curve is None:
+        log.warning(
+            "running_insecure",
+            hint="no CURVE: the link to the master is neither encrypted nor authenticated; "
+            "give --curve-secret-key and --curve-server-key",
+        )
     master = master_address(settings.master)
     operator = OperatorClient(master, curve=curve)
     stop = asyncio.Event()

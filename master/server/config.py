@@ -37,6 +37,7 @@ from agora.sdk.resources import ResourceError, Resources
 from agora.sdk.settings import (
     Option,
     load,
+    parse_bool,
     parse_choice,
     parse_duration,
     parse_endpoint,
@@ -352,6 +353,14 @@ OPTIONS: tuple[Option, ...] = (
         "ACL TOML file (agents, operators, [roles]) by CURVE principal; without CURVE every "
         "client is anonymous and matches only '*' entries",
     ),
+    Option(
+        "insecure",
+        parse_bool,
+        False,
+        "run without CURVE on purpose: needed for an election group (--masters) without "
+        "--curve-secret-key, where anyone who reaches the port could speak for a master",
+        flag=True,
+    ),
 )
 
 
@@ -379,6 +388,8 @@ class DaemonSettings:
     election_timeout: float = 1.0
     election_heartbeat: float = 0.1
     history: Path | None = None
+    #: Started with --insecure (CURVE off on purpose).
+    insecure: bool = False
 
     @property
     def curve(self) -> bool:
@@ -428,6 +439,13 @@ def settings_from(values: Mapping[str, Any]) -> DaemonSettings:
     acl: Path | None = values["acl"]
     if (secret is None) != (authorized is None):
         raise ConfigError("--curve-secret-key and --curve-authorized-keys go together")
+    if len(masters) > 1 and secret is None and not values["insecure"]:
+        raise ConfigError(
+            f"--masters names {len(masters)} masters and CURVE is off: anyone who reaches a "
+            "master's port could then vote or speak for the leader. Give --curve-secret-key and "
+            "--curve-authorized-keys (and the masters' principal under 'masters' in --acl), or "
+            "--insecure to run without authentication on purpose"
+        )
     return DaemonSettings(
         master=master,
         bind=values["bind"],
@@ -447,6 +465,7 @@ def settings_from(values: Mapping[str, Any]) -> DaemonSettings:
         election_timeout=values["election_timeout"],
         election_heartbeat=values["election_heartbeat"],
         history=values["history"],
+        insecure=values["insecure"],
     )
 
 

@@ -61,6 +61,14 @@ async def _serve_locked(settings: DaemonSettings) -> int:
     except (OSError, ValueError) as exc:
         log.error("security_config_unusable", error=str(exc))
         return 1
+    if curve is None:
+        log.warning(
+            "running_insecure",
+            insecure_flag=settings.insecure,
+            hint="no CURVE: any local or network user who reaches this master's port can "
+            "register agents, subscribe frameworks and make operator calls; give "
+            "--curve-secret-key and --curve-authorized-keys",
+        )
     try:
         server = ZmqServer.bind(settings.bind, curve=curve)
     except (OSError, ValueError, zmq.ZMQError) as exc:

@@ -29,7 +29,10 @@ from typing import TypeVar
 from urllib.parse import urlsplit
 
 from agora.sdk.cli.common import ask_master
+from agora.sdk.cli.local_keys import AGENT_KEY, BATCH_KEY, LocalKeys
 from agora.sdk.cli.restarts import RestartLimits, RestartPolicy
+from agora.sdk.discovery import MASTER_KEY
+from agora.sdk.transport import CurveClient
 
 __all__ = [
     "Child",
@@ -53,10 +56,11 @@ _RELEASE_TIMEOUT = 20.0  # the cgroup cleanup of agents that did not drain
 _SWEEP_GRACE = 3.0
 _LAUNCH_TIMEOUT = 10.0  # a restart under way when the cluster stops
 #: Settings the daemons would take from the environment but must not, here. The local cluster
-#: runs with CURVE off, and $AGORA_CURVE_SECRET_KEY / $AGORA_CURVE_SERVER_KEY may well be set for
-#: the CLI's own use (the master would read the first as its own secret key, the agents both as
-#: theirs). The HTTP settings name one port and address, which several daemons on one host
-#: cannot all take: each agent picks a free port instead.
+#: gives its daemons its own keys (or none) by flag, and $AGORA_CURVE_SECRET_KEY /
+#: $AGORA_CURVE_SERVER_KEY may well be set for the CLI's own use (the master would read the
+#: first as its own secret key, the agents both as theirs). The HTTP settings name one port and
+#: address, which several daemons on one host cannot all take: each agent picks a free port
+#: instead.
 _DAEMON_ENV = frozenset(
     {
         "AGORA_CURVE_SECRET_KEY",
@@ -127,7 +131,8 @@ class Child:
 
 class LocalCluster:
     """``masters`` masters (1, or an election group of 3 or 5) and ``agents`` agents under
-    ``work_dir``, all on 127.0.0.1 with free ports."""
+    ``work_dir``, all on 127.0.0.1 with free ports; with ``keys``, every link is CURVE (each
+    daemon its own identity from ``keys``), else the daemons run without it."""
 
     def __init__(
         self,
@@ -140,8 +145,10 @@ class LocalCluster:
         python: str = sys.executable,
         batch: bool = False,
         restart_limits: RestartLimits | None = None,
+        keys: LocalKeys | None = None,
     ) -> None:
         self.work_dir = work_dir
+        self.keys = keys
         self.restart_limits = restart_limits or RestartLimits()
         #: Where the batch service (``batch=True``) writes its HTTP API's URL.
         self.batch_url_file: Path | None = work_dir / "batch.url" if batch else None
@@ -213,7 +220,20 @@ class LocalCluster:
             *("--http-port", str(http_port)),
             *("--work-dir", str(self.work_dir / "master")),
             *("--log-level", self.log_level),
+            *self._master_curve(),
         ]
+
+    def _master_curve(self) -> list[str]:
+        return self.keys.master_flags() if self.keys is not None else ["--insecure"]
+
+    def _client_curve(self, name: str) -> list[str]:
+        return self.keys.client_flags(name) if self.keys is not None else []
+
+    def client_curve(self) -> CurveClient | None:
+        """The credentials of the user who started the cluster (None without keys)."""
+        if self.keys is None:
+            return None
+        return CurveClient(self.keys.secret(self.keys.user), self.keys.public(MASTER_KEY))
 
     async def _spawn_group(self) -> str:
         """Start an election group on free ports; every member is named in every --masters."""
@@ -232,6 +252,7 @@ class LocalCluster:
                 *("--advertise", endpoint),
                 *("--work-dir", str(self.work_dir / name)),
                 *("--log-level", self.log_level),
+                *self._master_curve(),
             ]
             await self._spawn(name, argv)
         return group
@@ -244,6 +265,7 @@ class LocalCluster:
             *("--hostname", name),
             *("--executor-bind", "tcp://127.0.0.1:0"),
             *("--log-level", self.log_level),
+            *self._client_curve(AGENT_KEY),
         ]
         if self.agent_resources:
             argv += ["--resources", self.agent_resources]
@@ -295,6 +317,7 @@ class LocalCluster:
             *("--endpoint-file", str(url_file)),
             *("--http-port", str(http_port)),
             *("--log-level", self.log_level),
+            *self._client_curve(BATCH_KEY),
         ]
 
     async def _read_file(self, path: Path) -> str:
@@ -308,10 +331,11 @@ class LocalCluster:
 
     async def _registered(self, endpoint: str) -> None:
         wanted = set(self.agent_names)
+        curve = self.client_curve()
         while True:
             self._check_alive()
             with contextlib.suppress(Exception):  # the master may not answer yet
-                reply = await ask_master(endpoint, 1.0, lambda c: c.get_state(timeout=1.0))
+                reply = await ask_master(endpoint, 1.0, lambda c: c.get_state(timeout=1.0), curve)
                 active = {a.hostname for a in reply.agents if a.status == "ACTIVE"}
                 if wanted <= active:
                     return

@@ -4,9 +4,11 @@ CURVE: a master started with ``--curve-secret-key`` admits only clients whose pu
 (the key file's stem is the client's principal). The commands that talk to the master take
 ``--curve-secret-key FILE`` (this client's ``NAME.key_secret``) and ``--curve-server-key FILE``
 (the master's public ``.key``), by default from ``$AGORA_CURVE_SECRET_KEY`` and
-``$AGORA_CURVE_SERVER_KEY``; both or neither. A refused handshake (unknown key, CURVE expected
-or not expected, wrong server key) is noticed on its own link (:func:`handshake_problem`) and
-reported as one line at once, rather than as a silent master at the end of ``--timeout``.
+``$AGORA_CURVE_SERVER_KEY``; both or neither. Without either, the keys ``agora local`` wrote for
+this user in ``$AGORA_HOME/keys`` (``user-<name>.key_secret`` and ``master.key``), if readable.
+A refused handshake (unknown key, CURVE expected or not expected, wrong server key) is noticed on
+its own link (:func:`handshake_problem`) and reported as one line at once, rather than as a
+silent master at the end of ``--timeout``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Final, TypeVar
 
 from agora.sdk.discovery import master_address, parse_masters
 from agora.sdk.operator import OperatorClient, OperatorError
-from agora.sdk.transport import CurveClient, ZmqClient
+from agora.sdk.transport import CurveClient, ZmqClient, discover_client
 
 __all__ = [
     "CURVE_SECRET_KEY_ENV",
@@ -121,14 +123,15 @@ def resolve_master(args: argparse.Namespace) -> str:
 def resolve_curve(
     args: argparse.Namespace, environ: Mapping[str, str] | None = None
 ) -> CurveClient | None:
-    """The CURVE credentials to use: the flags, else the environment (empty = unset); None when
-    neither names a key. CliError (code 2) when only one of the two files is given, (code 1) when
-    a file cannot be loaded as the key it should be."""
+    """The CURVE credentials to use: the flags, else the environment (empty = unset), else this
+    user's keys in ``$AGORA_HOME/keys`` (written by ``agora local``); None when none of them.
+    CliError (code 2) when only one of the two files is given, (code 1) when a file cannot be
+    loaded as the key it should be."""
     env = os.environ if environ is None else environ
     secret = _flag_or_env(args.curve_secret_key, env.get(CURVE_SECRET_KEY_ENV))
     server = _flag_or_env(args.curve_server_key, env.get(CURVE_SERVER_KEY_ENV))
     if secret is None and server is None:
-        return None
+        return discover_client(env)
     if secret is None or server is None:
         if server is None:
             given = _source(args.curve_secret_key, "--curve-secret-key", CURVE_SECRET_KEY_ENV)
@@ -190,8 +193,10 @@ def describe_handshake_error(why: str, master: str, curve: bool) -> str:
         # (The mismatch shows as "protocol error", or as "handshake failed" when the master hung
         # up first.)
         return (
-            f"the master at {master} requires CURVE ({why}): give --curve-secret-key and "
-            f"--curve-server-key (or set ${CURVE_SECRET_KEY_ENV} and ${CURVE_SERVER_KEY_ENV})"
+            f"the master at {master} requires CURVE ({why}) and this user has no keys for it: "
+            "give --curve-secret-key and --curve-server-key (or set "
+            f"${CURVE_SECRET_KEY_ENV} and ${CURVE_SERVER_KEY_ENV}); agora local admits only the "
+            "user who started it, through its $AGORA_HOME/keys"
         )
     if why == _PROTOCOL_ERROR:
         return (

@@ -25,6 +25,7 @@ from typing import Any
 import structlog
 from agora.sdk.cli.cluster import ClusterError, LocalCluster, Stopped, or_stop
 from agora.sdk.cli.common import CliError, positive_float
+from agora.sdk.cli.local_keys import ensure_local_keys
 from agora.sdk.cli.supervision import (
     Crashed,
     GaveUp,
@@ -33,7 +34,7 @@ from agora.sdk.cli.supervision import (
     SupervisionEvent,
     supervise,
 )
-from agora.sdk.discovery import agora_home
+from agora.sdk.discovery import agora_home, keys_dir
 from agora.sdk.logs import LOG_LEVELS
 from rich.console import Console
 from rich.markup import escape
@@ -52,7 +53,10 @@ Run one master and N agents on 127.0.0.1 (free ports) as child processes until C
 the batch service (agora batch …) unless --no-batch.
 
 Prints the master's address on stdout and records it in $AGORA_HOME/master (default
-~/.agora/master) so that agora run/state/tasks/kill find it. The daemons' logs go to
+~/.agora/master) so that agora run/state/tasks/kill find it. Every link is encrypted and
+authenticated with CURVE: the keys (the masters', the agents', the batch service's and yours,
+user-<name>) and the ACL are in $AGORA_HOME/keys (mode 0700, made once, then reused), where the
+other commands find yours; any other local user is refused. The daemons' logs go to
 DIR/logs/master.log and DIR/logs/agent-<i>.log, their state to DIR/master and DIR/agent-<i>.
 Ctrl-C, SIGTERM or SIGHUP stops them all (a second signal kills at once) and removes the address
 file. A daemon that dies on its own is started again on its work dir and ports, after 0.5 s,
@@ -130,6 +134,10 @@ def cmd_local(args: argparse.Namespace) -> int:
         work_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise CliError(f"cannot use the work dir: {exc}") from None
+    try:
+        keys = ensure_local_keys(keys_dir())
+    except OSError as exc:
+        raise CliError(f"cannot write the cluster's CURVE keys in {keys_dir()}: {exc}") from None
     cluster = LocalCluster(
         work_dir,
         args.agents,
@@ -137,6 +145,7 @@ def cmd_local(args: argparse.Namespace) -> int:
         agent_resources=args.agent_resources,
         log_level=args.log_level,
         batch=args.batch,
+        keys=keys,
     )
     return asyncio.run(
         serve(cluster, args.timeout, Console(stderr=True, soft_wrap=True, highlight=False))

@@ -78,7 +78,7 @@ from agora.sdk.messages import (
 from agora.sdk.scheduler._backoff import RestartableWait
 from agora.sdk.scheduler.scheduler import Scheduler
 from agora.sdk.scheduler.spec import TaskSpec, task_infos_for
-from agora.sdk.transport import MasterLink
+from agora.sdk.transport import MasterLink, discover_client
 from agora.sdk.transport.base import TransportClosed
 from tenacity import AsyncRetrying, RetryCallState, retry_if_result
 
@@ -192,7 +192,8 @@ class SchedulerDriver:
         self._master = master_address(master)
         default_logging()
         self._implicit = implicit_acknowledgements
-        self._curve = curve
+        # No credentials given: this user's keys in $AGORA_HOME/keys, if agora local wrote them.
+        self._curve = curve if curve is not None else discover_client()
         self._heartbeat_interval = heartbeat_interval
         self._backoff = (lo, hi)
         self._subscribe_wait = RestartableWait(lo, hi)

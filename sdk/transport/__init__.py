@@ -8,7 +8,14 @@ through :mod:`agora.sdk.codec` and deliver :class:`Received` records.
 from __future__ import annotations
 
 from agora.sdk.transport.base import Client, Received, Server, TransportClosed
-from agora.sdk.transport.curve import Acl, AclError, CurveClient, CurveServer, generate_keypair
+from agora.sdk.transport.curve import (
+    Acl,
+    AclError,
+    CurveClient,
+    CurveServer,
+    discover_client,
+    generate_keypair,
+)
 from agora.sdk.transport.inproc import InprocClient, InprocHub, InprocServer
 from agora.sdk.transport.master_link import MasterLink
 from agora.sdk.transport.zmq_client import ZmqClient
@@ -29,5 +36,6 @@ __all__ = [
     "TransportClosed",
     "ZmqClient",
     "ZmqServer",
+    "discover_client",
     "generate_keypair",
 ]

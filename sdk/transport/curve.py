@@ -13,10 +13,11 @@ from typing import Any, Final
 import structlog
 import zmq
 import zmq.auth
+from agora.sdk.discovery import client_key_files
 from zmq.auth.asyncio import AsyncioAuthenticator
 from zmq.utils import z85
 
-__all__ = ["Acl", "AclError", "CurveClient", "CurveServer", "generate_keypair"]
+__all__ = ["Acl", "AclError", "CurveClient", "CurveServer", "discover_client", "generate_keypair"]
 
 log = structlog.get_logger(__name__)
 
@@ -116,6 +117,19 @@ class CurveClient:
         sock.setsockopt(zmq.CURVE_SERVERKEY, self.server_key)
         sock.setsockopt(zmq.CURVE_PUBLICKEY, self.public_key)
         sock.setsockopt(zmq.CURVE_SECRETKEY, self._secret_key)
+
+
+def discover_client(environ: Mapping[str, str] | None = None) -> CurveClient | None:
+    """This user's credentials from ``$AGORA_HOME/keys`` (written by ``agora local``): its
+    ``user-<name>.key_secret`` and the masters' ``master.key``; None when they are not there or
+    this user cannot read them (then the master, if it wants CURVE, refuses the handshake)."""
+    files = client_key_files(environ)
+    if files is None:
+        return None
+    try:
+        return CurveClient(*files)
+    except ValueError:
+        return None
 
 
 class AclError(ValueError):

@@ -92,6 +92,7 @@ class Group:
             argv = [
                 *(sys.executable, "-m", "agora.master.server"),
                 *("--bind", endpoint, "--masters", self.group, "--advertise", endpoint),
+                "--insecure",  # CURVE off on purpose: the bench measures the election itself
                 *("--work-dir", str(self.work_dir / f"master-{i}")),
                 *("--election-timeout", str(self.election_timeout)),
                 *("--election-heartbeat", str(self.election_timeout / 10)),

@@ -168,6 +168,7 @@ class FaultCluster:
                 ",".join(self.endpoints),
                 "--advertise",
                 endpoint,
+                "--insecure",  # an election group without CURVE: on purpose, here
                 "--work-dir",
                 str(self.root / "work" / f"master-{i}"),
                 "--history",

@@ -34,7 +34,7 @@ class Group:
             [
                 *(sys.executable, "-m", "agora.master.server"),
                 *("--bind", endpoint, "--advertise", endpoint),
-                *("--masters", ",".join(self.endpoints)),
+                *("--masters", ",".join(self.endpoints), "--insecure"),
                 *("--work-dir", str(self.tmp / f"master-{i}")),
                 *("--election-timeout", str(T), "--election-heartbeat", str(T / 10)),
                 *("--history", str(self.tmp / "history.jsonl")),

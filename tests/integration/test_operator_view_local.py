@@ -5,6 +5,7 @@ $AGORA_HOME/master.http, its /metrics parse with prometheus_client's parser and 
 from __future__ import annotations
 
 import json
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -54,8 +55,10 @@ def _get(url: str) -> tuple[int, str]:
         return resp.status, resp.read().decode()
 
 
-def _post(url: str) -> tuple[int, Any]:
-    request = urllib.request.Request(url, data=b"", method="POST")
+def _post(url: str, token: str) -> tuple[int, Any]:
+    """An operator call over HTTP, with the token `agora local` wrote for its user."""
+    headers = {"Authorization": f"Bearer {token}"}
+    request = urllib.request.Request(url, data=b"", method="POST", headers=headers)
     with urllib.request.urlopen(request, timeout=15) as resp:
         return resp.status, json.loads(resp.read())
 
@@ -93,7 +96,14 @@ def test_a_drained_agent_gets_no_new_tasks_until_reactivated(local: Local) -> No
     url = _url(local)
     state = json.loads(_get(url + "/state")[1])
     drained = state["agents"][0]["id"]
-    status, body = _post(f"{url}/agents/{drained}/drain")
+    token = (local.home / "keys" / "operator.token").read_text().strip()
+    with pytest.raises(urllib.error.HTTPError) as refused:  # no token: no call
+        urllib.request.urlopen(
+            urllib.request.Request(f"{url}/agents/{drained}/drain", data=b"", method="POST"),
+            timeout=15,
+        )
+    assert refused.value.code == 401
+    status, body = _post(f"{url}/agents/{drained}/drain", token)
     assert (status, body["ok"]) == (200, True)
     agents = json.loads(_get(url + "/state")[1])["agents"]
     assert {a["id"]: a["draining"] for a in agents}[drained] is True
@@ -102,7 +112,7 @@ def test_a_drained_agent_gets_no_new_tasks_until_reactivated(local: Local) -> No
         assert done.returncode == 0, done.stderr
     placed = {t["task_id"]: t["agent_id"] for t in local.tasks()}
     assert all(placed[f"drained-{i}"] != drained for i in range(4)), placed
-    status, body = _post(f"{url}/agents/{drained}/reactivate")
+    status, body = _post(f"{url}/agents/{drained}/reactivate", token)
     assert status == 200
     wait_for(
         lambda: not json.loads(_get(url + "/state")[1])["agents"][0]["draining"],

@@ -48,7 +48,7 @@ class HttpGroup:
             [
                 *(sys.executable, "-m", "agora.master.server"),
                 *("--bind", endpoint, "--advertise", endpoint),
-                *("--masters", ",".join(self.endpoints)),
+                *("--masters", ",".join(self.endpoints), "--insecure"),
                 *("--work-dir", str(self.tmp / f"master-{i}")),
                 *("--endpoint-file", str(self._file(endpoint))),
                 *("--http-port", "0"),
