@@ -115,7 +115,9 @@ class Journal:
 
     def __init__(self, directory: str) -> None:
         self._dir = directory
-        os.makedirs(directory, exist_ok=True)
+        # Only the agent reads its checkpoint: it holds each executor's secret.
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        os.chmod(directory, 0o700)
         self._lock: IO[bytes] | None = open(os.path.join(directory, "LOCK"), "ab")  # noqa: SIM115
         try:
             fcntl.flock(self._lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)

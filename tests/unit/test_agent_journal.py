@@ -38,6 +38,16 @@ def test_commits_survive_a_reopen_and_deletes_stick(tmp_path: Path) -> None:
     assert reload(tmp_path / "j") == {("task", "a"): b"3", ("stream", "b"): b""}
 
 
+def test_only_the_agent_may_read_its_checkpoint(tmp_path: Path) -> None:
+    """It holds each executor's secret: no other local user may read it, new or reopened."""
+    j, _ = open_journal(tmp_path / "j")
+    j.close()
+    assert (tmp_path / "j").stat().st_mode & 0o777 == 0o700
+    os.chmod(tmp_path / "j", 0o755)  # left open by an older agent
+    reload(tmp_path / "j")
+    assert (tmp_path / "j").stat().st_mode & 0o777 == 0o700
+
+
 def test_a_second_journal_on_the_same_directory_is_refused(tmp_path: Path) -> None:
     j, _ = open_journal(tmp_path / "j")
     with pytest.raises(JournalError, match="in use"):
