@@ -16,6 +16,7 @@ __all__ = [
     "agora_home",
     "client_key_files",
     "client_principal",
+    "http_token",
     "keys_dir",
     "master_address",
     "normalize_endpoint",
@@ -58,6 +59,21 @@ def client_key_files(environ: Mapping[str, str] | None = None) -> tuple[Path, Pa
     if all(os.path.isfile(p) and os.access(p, os.R_OK) for p in (secret, server)):
         return secret, server
     return None
+
+
+def http_token(environ: Mapping[str, str] | None = None) -> str | None:
+    """This user's bearer token for the daemons' HTTP APIs: ``$AGORA_HTTP_TOKEN``, else
+    ``operator.token`` in :func:`keys_dir` when this user can read it (written by ``agora
+    local``); else None."""
+    env = os.environ if environ is None else environ
+    explicit = env.get("AGORA_HTTP_TOKEN", "").strip()
+    if explicit:
+        return explicit
+    try:
+        token = (keys_dir(environ) / "operator.token").read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return token or None
 
 
 def master_address(explicit: str | None = None, *, environ: Mapping[str, str] | None = None) -> str:

@@ -7,6 +7,7 @@ import pwd
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from agora.agent.containers.gpus import Gpu, discover_gpus
@@ -15,6 +16,7 @@ from agora.agent.core import AgentConfig
 from agora.agent.core.run_as import TaskUsers
 from agora.agent.server.resources import host_resources, parse_attributes
 from agora.sdk.discovery import parse_masters
+from agora.sdk.http_auth import HttpCredentials, load_http_credentials
 from agora.sdk.logs import LOG_FORMATS, LOG_LEVELS
 from agora.sdk.resources import Resources
 from agora.sdk.settings import (
@@ -283,6 +285,20 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option("http_bind", _text, "127.0.0.1", "host/address the agent HTTP API listens on"),
     Option(
+        "http_credentials",
+        _path,
+        None,
+        'bearer tokens of the HTTP API (TOML: principal = "token" lines, optional operators = '
+        "[...]); without it (or --insecure-http) only /health is served",
+    ),
+    Option(
+        "insecure_http",
+        parse_bool,
+        False,
+        "serve the HTTP API without tokens (anyone who can reach it reads every task's output)",
+        flag=True,
+    ),
+    Option(
         "advertise_host",
         _optional_text,
         None,
@@ -322,6 +338,9 @@ class DaemonSettings:
     #: None: no HTTP API; 0: any free port.
     http_port: int | None = 0
     http_bind: str = "127.0.0.1"
+    #: Who may call the HTTP API (default: nobody but for /health).
+    http_credentials: HttpCredentials | None = None
+    insecure_http: bool = False
     #: The host reported for the HTTP API (the daemon fills in the port once bound).
     advertise_host: str = "127.0.0.1"
     #: Isolators asked for (None: every one the host supports).
@@ -379,6 +398,14 @@ def build(values: Mapping[str, Any]) -> tuple[AgentConfig, DaemonSettings]:
     )
     if len(advertise) > 255:
         raise ConfigError("--advertise-host: at most 255 characters")
+    credentials = None
+    if values["http_credentials"] is not None:
+        if values["insecure_http"]:
+            raise ConfigError("--http-credentials and --insecure-http contradict each other")
+        try:
+            credentials = load_http_credentials(Path(values["http_credentials"]))
+        except ValueError as exc:
+            raise ConfigError(f"--http-credentials: {exc}") from None
     try:
         isolation = parse_isolation(values["isolation"])
     except ValueError as exc:
@@ -416,6 +443,8 @@ def build(values: Mapping[str, Any]) -> tuple[AgentConfig, DaemonSettings]:
         curve_server_key=server,
         http_port=values["http_port"],
         http_bind=http_bind,
+        http_credentials=credentials,
+        insecure_http=bool(values["insecure_http"]),
         advertise_host=advertise,
         isolation=isolation,
         cgroups_root=cgroups_root,

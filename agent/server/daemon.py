@@ -254,8 +254,11 @@ class AgentDaemon:
             # Before registering: the master learns the bound port in AgentInfo. Imported here:
             # it loads prometheus_client, which an agent without HTTP does not need.
             from agora.agent.server.http import make_app
+            from agora.agent.server.http_auth import HttpAuth
 
-            app = make_app(lambda: self._core, self._work_dir, self)
+            settings = self._settings
+            auth = HttpAuth(settings.http_credentials, insecure=settings.insecure_http)
+            app = make_app(lambda: self._core, self._work_dir, self, auth)
             try:
                 self._http, _, self._http_port = await start_http(
                     app, self._settings.http_bind, self._settings.http_port
@@ -269,7 +272,21 @@ class AgentDaemon:
                 )
                 self._server.close()
                 return 1
-            log.info("http_listening", host=self._settings.http_bind, port=self._http_port)
+            log.info(
+                "http_listening",
+                host=self._settings.http_bind,
+                port=self._http_port,
+                credentials=settings.http_credentials is not None,
+                insecure=settings.insecure_http,
+            )
+            if settings.http_credentials is None and not settings.insecure_http:
+                log.warning(
+                    "http_api_locked",
+                    detail="no --http-credentials: every endpoint but /health answers 401; give "
+                    'a TOML file of principal = "token" lines (agora local writes '
+                    "$AGORA_HOME/keys/http-credentials.toml), or --insecure-http to serve "
+                    "without tokens",
+                )
         self._config = replace(
             self._config,
             port=_port_of(self._endpoint),

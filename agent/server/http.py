@@ -4,6 +4,8 @@ Served by aiohttp in the daemon's own event loop (``--http-port``, default: any 
 bound port and ``--advertise-host`` go to the master in AgentInfo, so that ``agora logs`` can
 find it). Handlers read the core synchronously, between two core calls.
 
+Everything but ``/health`` needs a bearer token (see :mod:`agora.agent.server.http_auth`).
+
 - ``GET /health``: ``{"status": "ok"}``.
 - ``GET /state``: agent id, registered, frameworks, executors, tasks with their state.
 - ``GET /files/read?task=ID&file=stdout|stderr&offset=N&length=N[&framework=ID]``: up to
@@ -32,10 +34,18 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from agora.agent.core import Agent
+from agora.agent.server.http_auth import (
+    PRINCIPAL,
+    HttpAuth,
+    auth_middleware,
+    log_refusal,
+    may_read_files,
+)
 from agora.agent.server.metrics import AgentCounters, make_registry
 from agora.agent.server.sandbox_gc import find_collected
 from agora.sdk.httpd import HttpError, json_errors
-from agora.sdk.ids import id_problem
+from agora.sdk.ids import FrameworkID, id_problem
+from agora.sdk.ratelimit import KeyedLogLimiter
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -46,6 +56,7 @@ __all__ = [
     "find_sandbox",
     "make_app",
     "read_task_file",
+    "sandbox_owner",
     "state_json",
 ]
 
@@ -56,7 +67,7 @@ MAX_READ: Final = 1 << 20
 
 
 class FileReadError(HttpError):
-    """A read that cannot be served: ``status`` is the HTTP status (400 or 404)."""
+    """A read that cannot be served: ``status`` is the HTTP status (400, 403, 404 or 410)."""
 
 
 def state_json(core: Agent) -> dict[str, Any]:
@@ -159,6 +170,16 @@ def find_sandbox(
     return max(inside, key=_mtime)
 
 
+def sandbox_owner(work_dir: str, core: Agent | None, sandbox: str) -> str | None:
+    """The principal of the framework whose sandbox ``sandbox`` is (a path under ``work_dir``
+    from :func:`find_sandbox`); None when the core does not know the framework (any more)."""
+    parts = os.path.relpath(sandbox, os.path.realpath(work_dir)).split(os.sep)
+    if core is None or len(parts) < 2 or parts[0] != "frameworks":
+        return None
+    framework = core.state.frameworks.get(FrameworkID(parts[1]))
+    return framework.info.principal if framework is not None else None
+
+
 def _mtime(path: str) -> float:
     try:
         return os.stat(path).st_mtime
@@ -210,11 +231,17 @@ def _int_param(request: web.Request, name: str, default: int) -> int:
 
 
 def make_app(
-    core: Callable[[], Agent | None], work_dir: str, counters: AgentCounters | None = None
+    core: Callable[[], Agent | None],
+    work_dir: str,
+    counters: AgentCounters | None = None,
+    auth: HttpAuth | None = None,
 ) -> web.Application:
     """The agent app; ``core()`` is the daemon's current core (None: none yet); ``counters``
-    (the daemon) adds its uptime, message counts and latest container usage to /metrics."""
+    (the daemon) adds its uptime, message counts and latest container usage to /metrics;
+    ``auth`` says who may call it (default: nobody but for /health)."""
     registry = make_registry(core, counters)
+    auth = auth or HttpAuth()
+    limiter = KeyedLogLimiter()
 
     async def health(_: web.Request) -> web.StreamResponse:
         return web.json_response({"status": "ok"})
@@ -234,14 +261,20 @@ def make_app(
             raise FileReadError(400, f"file must be one of {', '.join(FILES)}")
         offset = _int_param(request, "offset", 0)
         length = _int_param(request, "length", MAX_READ)
-        sandbox = find_sandbox(work_dir, core(), task_id, request.query.get("framework"))
+        agent = core()
+        sandbox = find_sandbox(work_dir, agent, task_id, request.query.get("framework"))
+        principal = request.get(PRINCIPAL)
+        if not may_read_files(principal, sandbox_owner(work_dir, agent, sandbox), auth):
+            text = f"{principal} may not read the files of task {task_id}"
+            log_refusal(request, 403, text, limiter, principal or "")
+            raise FileReadError(403, text)
         return web.json_response(read_task_file(sandbox, name, offset, length))
 
     async def metrics(_: web.Request) -> web.StreamResponse:
         body = generate_latest(registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
-    app = web.Application(middlewares=[json_errors])
+    app = web.Application(middlewares=[auth_middleware(auth, limiter), json_errors])
     app.router.add_get("/health", health)
     app.router.add_get("/state", state)
     app.router.add_get("/files/read", files_read)

@@ -16,7 +16,8 @@ ACL says no, or a web page's request), 404 (unknown id), 409 (removed), 413 (bod
 A request with an ``Origin`` header is refused: browsers send one with every cross-site POST,
 command-line tools do not, so a web page cannot make calls with the operator's network access.
 
-Authentication: with ``--http-credentials FILE`` (TOML, ``principal = "token"`` lines) every call
+Authentication: with ``--http-credentials FILE`` (TOML, ``principal = "token"`` lines; see
+:mod:`agora.sdk.http_auth`) every call
 needs ``Authorization: Bearer TOKEN`` and is made as that token's principal, which the ACL then
 checks like a CURVE principal. Without it, calls are anonymous: refused when CURVE is on (the
 socket would be bypassed), otherwise allowed as they are on the unauthenticated socket.
@@ -27,15 +28,14 @@ from __future__ import annotations
 import hmac
 import json
 import math
-import tomllib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Final
 
 from agora.master.server.daemon import NotActing
 from agora.sdk.codec import encode
 from agora.sdk.errors import ProtocolError
+from agora.sdk.http_auth import load_credentials
 from agora.sdk.ids import AgentID, FrameworkID, TaskID
 from agora.sdk.messages import (
     DrainAgent,
@@ -91,27 +91,6 @@ class _Refused(Exception):
         super().__init__(text)
         self.status = status
         self.headers = dict(headers or {})
-
-
-def load_credentials(path: Path) -> dict[str, str]:
-    """token -> principal from a TOML file of ``principal = "token"``; ValueError if unusable."""
-    try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ValueError(f"HTTP credentials {path}: {exc}") from None
-    tokens: dict[str, str] = {}
-    for principal, token in data.items():
-        if not isinstance(token, str) or len(token) < 16:
-            raise ValueError(
-                f"HTTP credentials {path}: the token of {principal!r} must be a string of at "
-                "least 16 characters"
-            )
-        if token in tokens:
-            raise ValueError(f"HTTP credentials {path}: {principal!r} reuses another's token")
-        tokens[token] = principal
-    if not tokens:
-        raise ValueError(f'HTTP credentials {path}: no principal = "token" entries')
-    return tokens
 
 
 def add_routes(

@@ -229,6 +229,13 @@ class LocalCluster:
     def _client_curve(self, name: str) -> list[str]:
         return self.keys.client_flags(name) if self.keys is not None else []
 
+    def _agent_http(self) -> list[str]:
+        """The agents' HTTP API takes the tokens the masters' does (the user's is an operator's:
+        it reads every task's output); without keys, it is as open as the rest."""
+        if self.keys is None:
+            return ["--insecure-http"]
+        return ["--http-credentials", str(self.keys.http_credentials)]
+
     def client_curve(self) -> CurveClient | None:
         """The credentials of the user who started the cluster (None without keys)."""
         if self.keys is None:
@@ -266,6 +273,7 @@ class LocalCluster:
             *("--executor-bind", "tcp://127.0.0.1:0"),
             *("--log-level", self.log_level),
             *self._client_curve(AGENT_KEY),
+            *self._agent_http(),
         ]
         if self.agent_resources:
             argv += ["--resources", self.agent_resources]

@@ -3,8 +3,10 @@
 The master's state (GET_STATE) names the task's agent, and the agent's AgentSummary its HTTP API
 (``address`` and ``http_port``, reported by the agent at registration). The file is read in
 chunks through the agent's ``/files/read``; ``--follow`` keeps polling every 0.5 s until the task
-is terminal and everything is read (or Ctrl-C, which exits 0). :func:`print_task_output` is that
-reading loop, for other commands too (``agora batch logs`` names the agent its task ran on).
+is terminal and everything is read (or Ctrl-C, which exits 0). Each read sends this user's bearer
+token (``$AGORA_HTTP_TOKEN``, else ``$AGORA_HOME/keys/operator.token``).
+:func:`print_task_output` is that reading loop, for other commands too (``agora batch logs``
+names the agent its task ran on).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from agora.sdk.cli.common import (
     resolve_curve,
     resolve_master,
 )
+from agora.sdk.discovery import http_token
 from agora.sdk.ids import AgentID
 from agora.sdk.messages import AgentSummary, StateReply, TaskSummary
 from agora.sdk.messages.enums import is_terminal
@@ -105,9 +108,15 @@ async def _state(master: str, curve: CurveClient | None, timeout: float) -> Stat
 
 
 def _get(url: str, timeout: float) -> tuple[int, dict[str, Any]]:
-    """(status, JSON body) of a GET; CliError when the agent cannot be reached."""
+    """(status, JSON body) of a GET, with this user's bearer token (``$AGORA_HTTP_TOKEN``, else
+    ``agora local``'s, see :func:`agora.sdk.discovery.http_token`); CliError when the agent
+    cannot be reached."""
+    token = http_token()
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as reply:
+        with urllib.request.urlopen(
+            urllib.request.Request(url, headers=headers), timeout=timeout
+        ) as reply:
             return reply.status, json.loads(reply.read())
     except urllib.error.HTTPError as exc:
         try:
@@ -163,6 +172,11 @@ async def read_sandbox_file(
         if status == 410:  # the agent's sandbox garbage collection deleted it
             default = f"the sandbox of task {task_id} was garbage-collected: its output is gone"
             raise CliError(str(body.get("error", default)))
+        if status == 401:
+            raise CliError(
+                f"the agent refused: {body.get('error', status)} (HTTP 401): set "
+                "AGORA_HTTP_TOKEN to a token of the agent's --http-credentials"
+            )
         raise CliError(f"the agent refused: {body.get('error', status)} (HTTP {status})")
 
 

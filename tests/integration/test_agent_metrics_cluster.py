@@ -22,6 +22,8 @@ Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 @pytest.fixture(scope="module")
 def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Local]:
     cluster = start_local(tmp_path_factory.mktemp("agora-agent-metrics"), agents=1)
+    token = (cluster.home / "keys" / "operator.token").read_text().strip()
+    TOKEN["Authorization"] = f"Bearer {token}"
     try:
         yield cluster
     finally:
@@ -37,8 +39,13 @@ def agent_url(local: Local) -> str:
     return f"http://{agent['address']}:{agent['http_port']}"
 
 
+#: agora local's operator token (set by the fixture): the agent's API needs it.
+TOKEN: dict[str, str] = {}
+
+
 def get(url: str) -> tuple[str, bytes]:
-    with urllib.request.urlopen(url, timeout=10) as resp:
+    request = urllib.request.Request(url, headers=TOKEN)
+    with urllib.request.urlopen(request, timeout=10) as resp:
         return resp.headers["Content-Type"], resp.read()
 
 

@@ -214,6 +214,12 @@ def agent_process(tmp_path: Path, master: str, *extra: str) -> Iterator[AgentPro
         # The tests run tasks that name no user under a root test run (--no-allow-root-tasks in
         # ``extra`` turns the refusal back on).
         "--allow-root-tasks",
+        # The HTTP API without tokens, unless the test says how it is protected.
+        *(
+            ()
+            if {"--http-credentials", "--no-insecure-http"} & set(extra)
+            else ("--insecure-http",)
+        ),
         *extra,
     ]
     with open(log_path, "wb") as log:

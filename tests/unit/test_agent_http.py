@@ -14,8 +14,12 @@ from typing import Any
 import pytest
 from agora.agent.core import Agent, AgentConfig
 from agora.agent.server.http import MAX_READ, FileReadError, find_sandbox, make_app, read_task_file
+from agora.agent.server.http_auth import HttpAuth
 from agora.sdk.resources import Resources
 from aiohttp.test_utils import TestClient, TestServer
+
+#: These tests are about what is served, not who may ask (tests/unit/test_agent_http_auth.py).
+OPEN = HttpAuth(insecure=True)
 
 
 def sandbox(work: Path, fid: str, eid: str, tid: str, out: bytes = b"", err: bytes = b"") -> Path:
@@ -37,7 +41,7 @@ def get(work: Path, path: str, **query: Any) -> tuple[int, dict[str, Any]]:
     """One request to a fresh app (no core: only on-disk sandboxes are found)."""
 
     async def go() -> tuple[int, dict[str, Any]]:
-        app = make_app(lambda: None, str(work))
+        app = make_app(lambda: None, str(work), auth=OPEN)
         async with TestClient(TestServer(app)) as client:
             resp = await client.get(path, params={k: str(v) for k, v in query.items()})
             return resp.status, await resp.json()
@@ -135,7 +139,7 @@ def test_state_without_and_with_a_core(work: Path) -> None:
 
     async def go() -> dict[str, Any]:
         core = Agent(AgentConfig(hostname="h", resources=Resources.parse("cpus:1")))
-        async with TestClient(TestServer(make_app(lambda: core, str(work)))) as client:
+        async with TestClient(TestServer(make_app(lambda: core, str(work), auth=OPEN))) as client:
             resp = await client.get("/state")
             assert resp.status == 200
             body: dict[str, Any] = await resp.json()
@@ -157,7 +161,9 @@ def served(work: Path) -> Iterator[str]:
     ready = threading.Event()
 
     async def serve() -> None:
-        runner, _, port = await start_http(make_app(lambda: None, str(work)), "127.0.0.1", 0)
+        runner, _, port = await start_http(
+            make_app(lambda: None, str(work), auth=OPEN), "127.0.0.1", 0
+        )
         started["runner"], started["port"] = runner, port
         ready.set()
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agora.agent.server.http import make_app
+from agora.agent.server.http_auth import HttpAuth
 from agora.agent.server.metrics import make_registry
 from agora.sdk.ids import ExecutorID, TaskID
 from agora.sdk.messages import ContainerUsage, TaskState
@@ -141,7 +142,7 @@ def test_metrics_endpoint_serves_prometheus_text(tmp_path: Path) -> None:
     counters = Counters(messages_received=3)
 
     async def go() -> tuple[int, str, str]:
-        app = make_app(lambda: h.agent, str(tmp_path), counters)
+        app = make_app(lambda: h.agent, str(tmp_path), counters, HttpAuth(insecure=True))
         async with TestClient(TestServer(app)) as client:
             resp = await client.get("/metrics")
             return resp.status, resp.headers["Content-Type"], await resp.text()
