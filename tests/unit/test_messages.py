@@ -93,7 +93,7 @@ SPEC_FIELDS: dict[str, tuple[str, ...]] = {
     "EXITED_EXECUTOR": ("framework_id", "executor_id", "status"),
     "UNREGISTER_AGENT": ("agent_id",),
     "SHUTDOWN_AGENT": ("message",),
-    "REGISTER_EXECUTOR": ("framework_id", "executor_id"),
+    "REGISTER_EXECUTOR": ("framework_id", "executor_id", "secret"),
     "EXECUTOR_REGISTERED": (
         "executor_info",
         "framework_id",
@@ -101,7 +101,7 @@ SPEC_FIELDS: dict[str, tuple[str, ...]] = {
         "agent_id",
         "agent_info",
     ),
-    "REREGISTER_EXECUTOR": ("framework_id", "executor_id", "tasks", "updates"),
+    "REREGISTER_EXECUTOR": ("framework_id", "executor_id", "tasks", "updates", "secret"),
     "EXECUTOR_REREGISTERED": ("agent_id", "agent_info"),
     "LAUNCH_TASK": ("framework_id", "task"),
     "LAUNCH_GROUP": ("framework_id", "executor", "task_group"),
