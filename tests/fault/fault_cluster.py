@@ -60,6 +60,7 @@ AGENT_ARGS: tuple[str, ...] = (
     "cpus:4;mem:2048;ports:[31000-31100]",
     "--http-port",
     "0",  # agora run reads output a failover lost from the sandbox through it
+    "--insecure-http",  # as the rig's masters run --insecure: no keys, no tokens
     "--isolation",
     "posix",
     "--master-timeout",
