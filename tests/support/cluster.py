@@ -121,7 +121,11 @@ class LocalCluster:
         return alive
 
     def __enter__(self) -> LocalCluster:
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()  # what started before the failure must not outlive the test
+            raise
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
