@@ -42,6 +42,7 @@ from agora.sdk import (
 )
 from agora.sdk.logs import configure_logging
 from agora.sdk.messages import is_terminal
+from agora.sdk.transport import CurveClient, generate_keypair
 from support.cluster import LocalCluster
 
 SHAPE = Resources.parse("cpus:0.01;mem:1")
@@ -167,7 +168,8 @@ def _pct(values: list[float], q: float) -> float | None:
 
 async def _run(cluster: LocalCluster, bench: Bench, timeout: float) -> dict[str, float]:
     """Run the bench; returns CPU seconds per kind of process, measured before teardown."""
-    driver = SchedulerDriver(bench, FrameworkInfo(name="throughput-bench"), cluster.endpoint)
+    info = FrameworkInfo(name="throughput-bench")
+    driver = SchedulerDriver(bench, info, cluster.endpoint, curve=cluster.client_curve)
     runner = asyncio.create_task(driver.run())
     before = _cpu_by_role(cluster)
     try:
@@ -179,22 +181,51 @@ async def _run(cluster: LocalCluster, bench: Bench, timeout: float) -> dict[str,
     return {role: after[role] - before[role] for role in after}
 
 
+def _with_curve(cluster: LocalCluster, keys: Path) -> None:
+    """Keys for the master, the agents and the bench's framework; the master admits the other
+    two (no ACL: the cost measured is the encryption and the handshake, not the rules)."""
+    master_public, master_secret = generate_keypair(keys, "master")
+    authorized = keys / "authorized"
+    authorized.mkdir()
+    for name in ("agent", "bench"):
+        public, _ = generate_keypair(keys, name)
+        (authorized / public.name).write_bytes(public.read_bytes())
+    cluster.master_args = [
+        *("--curve-secret-key", str(master_secret)),
+        *("--curve-authorized-keys", str(authorized)),
+    ]
+    cluster.agent_args = [
+        *("--curve-secret-key", str(keys / "agent.key_secret")),
+        *("--curve-server-key", str(master_public)),
+    ]
+    cluster.client_curve = CurveClient(keys / "bench.key_secret", master_public)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=1000)
     parser.add_argument("--latency-tasks", type=int, default=200)
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--agent-resources", default="cpus:64;mem:65536;disk:1024")
+    parser.add_argument(
+        "--curve",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="every link encrypted and authenticated with CURVE (the default), or not",
+    )
     args = parser.parse_args()
     configure_logging("console", "warning")
     bench = Bench(args.tasks, args.latency_tasks)
     base = "/dev/shm" if os.path.isdir("/dev/shm") else None
     with tempfile.TemporaryDirectory(prefix="agora-bench-", dir=base) as tmp:
         cluster = LocalCluster(Path(tmp), agents=2, agent_resources=args.agent_resources)
+        if args.curve:
+            _with_curve(cluster, Path(tmp) / "keys")
         with cluster:
             cpu = asyncio.run(_run(cluster, bench, args.timeout))
     seconds = bench.last_finish - bench.first_launch
     result = {
+        "curve": args.curve,
         "tasks": args.tasks,
         "seconds": round(seconds, 3),
         "tasks_per_s": round(args.tasks / seconds, 1) if seconds > 0 else None,

@@ -19,6 +19,7 @@ from pathlib import Path
 from agora.agent.server.isolation import release_cgroups_of
 from agora.sdk.messages import StateReply
 from agora.sdk.operator import OperatorClient
+from agora.sdk.transport import CurveClient
 
 from support.polling import wait_for
 
@@ -34,6 +35,8 @@ class LocalCluster:
     master_args: Sequence[str] = ()
     agent_args: Sequence[str] = ()
     endpoint: str = ""
+    #: The credentials the kit's own state calls use when the master runs CURVE.
+    client_curve: CurveClient | None = None
     master: subprocess.Popen[bytes] | None = None
     agent_procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
@@ -132,7 +135,8 @@ class LocalCluster:
 
     # --- observation ---------------------------------------------------------------------
     def state(self, timeout: float = 5.0) -> StateReply:
-        return OperatorClient(self.endpoint).get_state_sync(timeout=timeout)
+        client = OperatorClient(self.endpoint, curve=self.client_curve)
+        return client.get_state_sync(timeout=timeout)
 
     def active_agents(self) -> list[str]:
         try:
