@@ -40,6 +40,10 @@ class Suppressed:
     #: The keys with the most refused events, most first (at most ``top`` of them).
     top: tuple[tuple[str, int], ...] = field(default=())
 
+    def log_fields(self) -> dict[str, object]:
+        """The summary as key-value log fields: ``count``, ``peers`` and the ``top`` peers."""
+        return {"count": self.total, "peers": self.keys, "top": dict(self.top)}
+
 
 class KeyedLogLimiter:
     """A token bucket per key: ``burst`` events at once, then ``rate`` a second."""

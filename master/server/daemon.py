@@ -524,12 +524,7 @@ class MasterDaemon:
     def _summarise_bad_frames(self) -> None:
         suppressed = self._bad_frame_log.summary(time.monotonic())
         if suppressed is not None:
-            log.warning(
-                "bad_frames_suppressed",
-                count=suppressed.total,
-                peers=suppressed.keys,
-                top={peer: n for peer, n in suppressed.top},
-            )
+            log.warning("bad_frames_suppressed", **suppressed.log_fields())
 
     def _forget_silent_peers(self) -> None:
         """On a standby, peers silent past the timeout are just forgotten."""

@@ -40,6 +40,7 @@ def test_summary_counts_what_was_suppressed_once_per_interval() -> None:
         limiter.allow("b", 0.0)
     first = limiter.summary(0.0)
     assert first == Suppressed(total=97 + 7, keys=2, top=(("a", 97), ("b", 7)))
+    assert first.log_fields() == {"count": 104, "peers": 2, "top": {"a": 97, "b": 7}}
     limiter.allow("a", 0.0)
     assert limiter.summary(0.5) is None  # within the interval
     assert limiter.summary(1.0) == Suppressed(total=1, keys=1, top=(("a", 1),))
