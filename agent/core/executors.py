@@ -404,26 +404,19 @@ def _ended(
         task = st.tasks.get((ex.framework_id, tid))
         if task is None or is_final(task.state):
             continue
+        task_state, task_reason, task_message = state, reason, message
         if task.limitation is not None:  # killed for exceeding a limit of its container
-            status = st.agent_status(
-                ex.framework_id,
-                tid,
-                TaskState.FAILED,
-                task.limitation[0],
-                now,
-                executor_id=ex.executor_id,
-                message=task.limitation[1],
-            )
-        else:
-            status = st.agent_status(
-                ex.framework_id,
-                tid,
-                state,
-                reason,
-                now,
-                executor_id=ex.executor_id,
-                message=message,
-            )
+            task_state = TaskState.FAILED
+            task_reason, task_message = task.limitation
+        status = st.agent_status(
+            ex.framework_id,
+            tid,
+            task_state,
+            task_reason,
+            now,
+            executor_id=ex.executor_id,
+            message=task_message,
+        )
         st.report(ex.framework_id, status, now)
 
 
