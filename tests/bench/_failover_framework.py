@@ -95,3 +95,17 @@ async def start_failover_framework(
             raise TimeoutError(f"tasks running: {len(framework.running)}")
         await asyncio.sleep(0.05)
     return framework, driver, runner
+
+
+async def wait_for_framework(
+    found: Callable[[], float | None], runner: asyncio.Task[None], deadline: float, what: str
+) -> float:
+    """Poll ``found`` (a perf_counter time, or None) until it has one; RuntimeError if the
+    driver stops first, TimeoutError with ``what`` at ``deadline``."""
+    while (at := found()) is None:
+        if runner.done():
+            raise RuntimeError("the framework's driver stopped")
+        if time.perf_counter() > deadline:
+            raise TimeoutError(what)
+        await asyncio.sleep(0.01)
+    return at

@@ -18,7 +18,11 @@ import contextlib
 import time
 from typing import Any
 
-from _failover_framework import FailoverFramework, start_failover_framework
+from _failover_framework import (
+    FailoverFramework,
+    start_failover_framework,
+    wait_for_framework,
+)
 from _failover_procs import Group, Probe, percentiles
 
 _START_TIMEOUT = 60.0
@@ -43,12 +47,12 @@ async def _restart_round(
         back_at = await probe.wait_active_agents(
             info.leader, group.agents, deadline, after=active_at
         )
-    while (resubscribed_at := framework.resubscribed_after(restarted_at)) is None:
-        if runner.done():
-            raise RuntimeError("the framework's driver stopped")
-        if time.perf_counter() > deadline:
-            raise TimeoutError("the framework did not re-subscribe")
-        await asyncio.sleep(0.01)
+    resubscribed_at = await wait_for_framework(
+        lambda: framework.resubscribed_after(restarted_at),
+        runner,
+        deadline,
+        "the framework did not re-subscribe",
+    )
     timings = {
         "active_s": active_at - restarted_at,
         "resubscribed_s": resubscribed_at - active_at,

@@ -45,7 +45,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/bench for the _failover_* helpers
 
-from _failover_framework import FailoverFramework, start_failover_framework
+from _failover_framework import (
+    FailoverFramework,
+    start_failover_framework,
+    wait_for_framework,
+)
 from _failover_procs import Group, Probe, percentiles
 from agora.sdk.logs import configure_logging
 
@@ -87,12 +91,12 @@ async def _kill_round(
     assert info.leader is not None
     new_leader, new_epoch = info.leader, info.epoch
     back_at = await probe.wait_active_agents(new_leader, group.agents, deadline, after=killed_at)
-    while (offer_at := framework.first_offer_after(killed_at, new_epoch)) is None:
-        if runner.done():
-            raise RuntimeError("the framework's driver stopped")
-        if time.perf_counter() > deadline:
-            raise TimeoutError("no offer from the new leader")
-        await asyncio.sleep(0.01)
+    offer_at = await wait_for_framework(
+        lambda: framework.first_offer_after(killed_at, new_epoch),
+        runner,
+        deadline,
+        "no offer from the new leader",
+    )
     timings = {
         "elected_s": elected_at - killed_at,
         "agents_back_s": back_at - killed_at,
