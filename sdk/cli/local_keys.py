@@ -6,7 +6,8 @@ and the user who starts the cluster (``user-<name>``, see
 :func:`agora.sdk.discovery.client_principal`). Secret keys are mode 0600; a keypair already there
 is used again, so the keys outlive one ``agora local``. Beside them: ``authorized/``, the
 masters' ``--curve-authorized-keys`` directory (the four public keys), ``acl.toml``, which
-lets the agents register, the user make operator calls, and only the masters elect, and the
+lets the agents register, the user make operator calls and run tasks as themself (as anyone when
+root), the batch service run jobs as their submitters, and only the masters elect, and the
 user's bearer token for operator calls over the masters' HTTP API: ``operator.token`` (made once,
 then reused), named in the masters' ``--http-credentials`` file ``http-credentials.toml``.
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import secrets
 import shutil
 from dataclasses import dataclass
@@ -80,14 +82,35 @@ class LocalKeys:
         ]
 
 
-def acl_text(user: str) -> str:
-    """The ACL admitting exactly ``agora local``'s principals (roles: any, for every one)."""
+def acl_text(user: str, login: str, *, root: bool = False) -> str:
+    """The ACL admitting exactly ``agora local``'s principals (roles: any, for every one).
+    ``login``: the Unix user who starts it: their tasks run as them (as anyone when ``root``),
+    and so do tasks that name no user."""
     return (
         "# Written by agora local: who may do what, by CURVE principal.\n"
         f'agents = ["{AGENT_KEY}"]\n'
         f'operators = ["{user}"]\n'
         f'masters = ["{MASTER_KEY}"]\n'
+        "\n"
+        "# The Unix users each principal's tasks may run as. The batch service checks who\n"
+        "# submitted a job and runs it as them; nobody else gets a key to this cluster.\n"
+        "[run_as]\n"
+        f'"{user}" = ["{"*" if root else login}"]\n'
+        f'{BATCH_KEY} = ["*"]\n'
+        '"*" = []\n'
+        "\n"
+        "# Tasks (and frameworks) that name no user run as the user who started agora local.\n"
+        "[default_user]\n"
+        f'"{user}" = "{login}"\n'
+        f'{BATCH_KEY} = "{login}"\n'
     )
+
+
+def _login(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
 
 
 def ensure_local_keys(folder: Path, user: str | None = None) -> LocalKeys:
@@ -116,7 +139,8 @@ def ensure_local_keys(folder: Path, user: str | None = None) -> LocalKeys:
                 stale.unlink()
         for name in names:
             shutil.copyfile(keys.public(name), authorized / f"{name}.key")
-        keys.acl.write_text(acl_text(keys.user), encoding="utf-8")
+        uid = os.geteuid()
+        keys.acl.write_text(acl_text(keys.user, _login(uid), root=uid == 0), encoding="utf-8")
         token = keys.token.read_text(encoding="utf-8").strip() if keys.token.is_file() else ""
         if len(token) < 32:
             token = secrets.token_urlsafe(32)

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import pwd
 import stat
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,7 @@ from agora.master.server.config import load_settings
 from agora.master.server.http_calls import load_credentials
 from agora.sdk.cli.cluster import LocalCluster
 from agora.sdk.cli.common import resolve_curve
-from agora.sdk.cli.local_keys import ensure_local_keys
+from agora.sdk.cli.local_keys import acl_text, ensure_local_keys
 from agora.sdk.discovery import client_key_files, client_principal, keys_dir
 from agora.sdk.operator import OperatorClient
 from agora.sdk.transport import Acl, discover_client, generate_keypair
@@ -172,3 +174,26 @@ def test_a_group_of_masters_without_curve_needs_insecure(
     # A lone master still runs without CURVE (with a warning at start).
     assert not load_settings(["--masters", "tcp://127.0.0.1:7001"], env={}).curve
     assert not load_settings([], env={}).insecure
+
+
+def test_the_acl_lets_the_user_run_tasks_as_themself_and_the_batch_service_as_submitters(
+    tmp_path: Path,
+) -> None:
+    from agora.master.core.run_as import RunAsPolicy
+
+    keys = ensure_local_keys(tmp_path / "keys", USER)
+    acl = Acl.load(keys.acl)
+    assert acl.run_as is not None
+    policy = RunAsPolicy(acl.run_as, acl.default_user)
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    assert policy.default_user(USER) == me == policy.default_user("batch")
+    assert policy.problem(USER, me) is None and policy.problem("batch", "nobody") is None
+    assert policy.problem("agent", me) is not None  # not a framework's principal
+    for login, root in (("alice", False), ("root", True)):
+        table = Acl.from_dict(tomllib.loads(acl_text(USER, login, root=root)))
+        assert table.run_as is not None
+        rule = RunAsPolicy(table.run_as, table.default_user)
+        assert rule.default_user(USER) == login
+        # Only root's cluster lets its user run tasks as others.
+        assert (rule.problem(USER, "root") is None) is root
+        assert (rule.problem(USER, "nobody") is None) is root
