@@ -71,9 +71,17 @@ def operator_demo(agora: list[str], env: dict[str, str]) -> int:
     """One frame of the operator's console, and the master's Prometheus metrics for tasks."""
     print("$ agora top --once", flush=True)
     top = subprocess.run([*agora, "top", "--once"], env=env, timeout=60)
-    url = (Path(env["AGORA_HOME"]) / "master.http").read_text().split(",")[0].strip()
-    print(f"$ curl -s {url}/metrics | grep '^agora_master_tasks{{' | grep -v ' 0.0$'", flush=True)
-    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
+    home = Path(env["AGORA_HOME"])
+    url = (home / "master.http").read_text().split(",")[0].strip()
+    # Everything but /health needs the operator token `agora local` wrote (0600, this user's).
+    token = (home / "keys" / "operator.token").read_text().strip()
+    print(
+        f'$ curl -s -H "Authorization: Bearer $(cat {home}/keys/operator.token)" {url}/metrics'
+        " | grep '^agora_master_tasks{' | grep -v ' 0.0$'",
+        flush=True,
+    )
+    request = urllib.request.Request(f"{url}/metrics", headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=10) as resp:
         metrics = resp.read().decode()
     wanted = [
         line

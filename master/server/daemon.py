@@ -18,7 +18,7 @@ import asyncio
 import collections
 import contextlib
 import time
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Collection, Coroutine, Iterable
 from dataclasses import replace
 from typing import Any, Final
 
@@ -110,6 +110,7 @@ class MasterDaemon:
         peer_timeout: float,
         acl: Acl | None = None,
         authenticated: bool = False,
+        electors: Collection[str] | None = None,
         clock: Callable[[], float] = time.time,
         debug: bool = False,
         stats: DaemonStats | None = None,
@@ -117,6 +118,8 @@ class MasterDaemon:
         history: History | None = None,
     ) -> None:
         """``authenticated``: CURVE is on, so every frame carries the sender's principal.
+        ``electors``: the principals whose election traffic counts then (None: the ACL's
+        ``masters``).
 
         With ``leadership`` the core is the one of the term this master leads (None while it
         stands by) and follows :meth:`leadership_changed`; without, ``core`` is fixed."""
@@ -135,6 +138,7 @@ class MasterDaemon:
         self._peer_timeout = peer_timeout
         self._acl = acl
         self._authenticated = authenticated
+        self._electors = frozenset(electors) if electors is not None else None
         self._checked = authenticated or acl is not None
         self._clock = clock
         self._debug = debug
@@ -144,6 +148,8 @@ class MasterDaemon:
         #: Bad-frame warnings per peer: a few a second, the rest counted and summarised.
         self._bad_frame_log = KeyedLogLimiter(rate=3.0, burst=3, max_keys=256)
         self.stats.bad_frames_by_peer = lambda: self._bad_frame_log.counts(BAD_FRAME_TOP_PEERS)
+        #: Likewise for refused election traffic (one forger must not fill the log).
+        self._refusal_log = KeyedLogLimiter(rate=3.0, burst=3, max_keys=256)
         self._lock = asyncio.Lock()
         self._stopped = asyncio.Event()
         #: peer -> monotonic time of its last frame; insertion order = least recently heard first.
@@ -383,13 +389,21 @@ class MasterDaemon:
     def _election(self, peer: str, message: Message, principal: str | None) -> None:
         if self._leadership is None:
             return
-        if self._authenticated and (
-            principal is None or (self._acl is not None and not self._acl.may_elect(principal))
-        ):
-            log.warning("election_traffic_refused", peer=peer, principal=principal)
+        if self._authenticated and not self._may_elect(principal):
+            if self._refusal_log.allow(peer, time.monotonic()):
+                log.warning(
+                    "election_traffic_refused", peer=peer, principal=principal, kind=message.NAME
+                )
             return
         self._election_peers.add(peer)
         self._leadership.receive(message)
+
+    def _may_elect(self, principal: str | None) -> bool:
+        if principal is None:
+            return False
+        if self._electors is not None:
+            return principal in self._electors
+        return self._acl is None or self._acl.may_elect(principal)
 
     async def _answer_leader(self, peer: str) -> None:
         if self._leadership is not None:
@@ -525,6 +539,9 @@ class MasterDaemon:
         suppressed = self._bad_frame_log.summary(time.monotonic())
         if suppressed is not None:
             log.warning("bad_frames_suppressed", **suppressed.log_fields())
+        refused = self._refusal_log.summary(time.monotonic())
+        if refused is not None:
+            log.warning("election_traffic_refusals_suppressed", **refused.log_fields())
 
     def _forget_silent_peers(self) -> None:
         """On a standby, peers silent past the timeout are just forgotten."""

@@ -11,6 +11,9 @@ Served by aiohttp in the daemon's own event loop. Handlers read the core synchro
 - ``GET /state/summary``: counts only.
 - ``GET /metrics``: Prometheus text format, from the daemon's own registry.
 - Operator calls (POST): see :mod:`http_calls`.
+
+Everything but ``/health`` needs a bearer token, unless the master runs ``--insecure``; a standby
+redirects only to a leader URL it learnt over an authenticated link: see :mod:`http_access`.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agora.master.core import Master
+from agora.master.server.http_access import HttpAccess, access_middleware
 from agora.master.server.http_calls import MAX_BODY, Operator, add_routes
 from agora.master.server.metrics import DaemonStats, count, make_registry
 from agora.master.server.state_doc import StateDocument
@@ -59,12 +63,17 @@ def make_app(
     *,
     members: Callable[[], tuple[MasterMember, ...]] = tuple,
     operator: Operator | None = None,
+    access: HttpAccess | None = None,
+    redirect: bool = False,
 ) -> web.Application:
-    """The operator app around the current core (None on a standby). A standby redirects
+    """The operator app around the current core (None on a standby). ``operator``: make operator
+    calls (POST routes); without it there are none. ``access``: who may use the app (by default
+    ``operator``'s tokens, or nobody without an operator): every path but ``/health`` needs it.
+
+    With ``redirect`` (the leader's URL came over an authenticated link), a standby redirects
     ``/state``, ``/state/summary`` and operator calls to the leader's API (307, from
-    ``leader()["leader_http"]``), or answers 503 with where the leader is when that is not
-    known. ``operator``: make operator calls (POST routes); without it there are none. Metrics go
-    to a registry of this app's own."""
+    ``leader()["leader_http"]``); otherwise, or when that URL is not known, it answers 503 with
+    where the leader is. Metrics go to a registry of this app's own."""
     registry = make_registry(core, stats)
     document = StateDocument()
 
@@ -74,7 +83,7 @@ def make_app(
         where = leader() if leader is not None else {}
         url = where.get("leader_http")
         body = {"error": "this master is not the leader", **where}
-        if url:
+        if url and redirect:
             location = url.rstrip("/") + request.path_qs
             return web.json_response(body, status=307, headers={"Location": location})
         return web.json_response(body, status=503, headers={"Retry-After": "1"})
@@ -102,7 +111,11 @@ def make_app(
         body = generate_latest(registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
-    app = web.Application(middlewares=[json_errors], client_max_size=MAX_BODY)
+    if access is None:
+        access = operator.access if operator is not None else HttpAccess()
+    app = web.Application(
+        middlewares=[json_errors, access_middleware(access)], client_max_size=MAX_BODY
+    )
     app.router.add_get("/health", health)
     app.router.add_get("/state", state)
     app.router.add_get("/state/summary", summary)

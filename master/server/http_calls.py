@@ -16,16 +16,14 @@ ACL says no, or a web page's request), 404 (unknown id), 409 (removed), 413 (bod
 A request with an ``Origin`` header is refused: browsers send one with every cross-site POST,
 command-line tools do not, so a web page cannot make calls with the operator's network access.
 
-Authentication: with ``--http-credentials FILE`` (TOML, ``principal = "token"`` lines; see
-:mod:`agora.sdk.http_auth`) every call
-needs ``Authorization: Bearer TOKEN`` and is made as that token's principal, which the ACL then
-checks like a CURVE principal. Without it, calls are anonymous: refused when CURVE is on (the
-socket would be bypassed), otherwise allowed as they are on the unauthenticated socket.
+Authentication: see :mod:`agora.master.server.http_access`. With ``--http-credentials FILE``
+every call needs ``Authorization: Bearer TOKEN`` and is made as that token's principal, which the
+ACL then checks like a CURVE principal. Without it, calls are refused, except on a master started
+``--insecure``, where they are anonymous as they are on its unauthenticated socket.
 """
 
 from __future__ import annotations
 
-import hmac
 import json
 import math
 from collections.abc import Awaitable, Callable, Mapping
@@ -33,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from agora.master.server.daemon import NotActing
+from agora.master.server.http_access import PRINCIPAL, HttpAccess, Refused
 from agora.sdk.codec import encode
 from agora.sdk.errors import ProtocolError
 from agora.sdk.http_auth import load_credentials
@@ -79,18 +78,16 @@ class Operator:
     """What the routes need: a way to make calls, and who may."""
 
     call: CallFn
-    #: token -> principal; empty: calls are anonymous.
+    #: token -> principal; empty: only a master without CURVE serves (anonymous) calls.
     tokens: Mapping[str, str] = field(default_factory=dict)
     #: CURVE is on at the socket: anonymous HTTP calls are refused.
     authenticated: bool = False
     timeout: float = 10.0
 
-
-class _Refused(Exception):
-    def __init__(self, status: int, text: str, headers: Mapping[str, str] | None = None) -> None:
-        super().__init__(text)
-        self.status = status
-        self.headers = dict(headers or {})
+    @property
+    def access(self) -> HttpAccess:
+        """Who may use the API: token holders, or anyone on a master without CURVE or tokens."""
+        return HttpAccess(self.tokens, anonymous=not self.authenticated)
 
 
 def add_routes(
@@ -110,10 +107,10 @@ def add_routes(
             if elsewhere is not None:
                 return elsewhere
             try:
-                principal = _principal(request, operator)
+                principal = request.get(PRINCIPAL)  # authenticated by the app's middleware
                 message = build(request, await _body(request))
                 encode(message)  # the checks a frame gets (bounds, lengths), before the core
-            except _Refused as exc:
+            except Refused as exc:
                 return _error(exc.status, str(exc), headers=exc.headers)
             except (ProtocolError, ValueError, TypeError) as exc:
                 return _error(400, str(exc))
@@ -148,59 +145,35 @@ async def _make(operator: Operator, message: Message, principal: str | None) -> 
     return _error(500, f"unexpected answer {answer.NAME}")
 
 
-def _principal(request: web.Request, operator: Operator) -> str | None:
-    header = request.headers.get("Authorization", "")
-    if not operator.tokens:
-        if operator.authenticated:
-            raise _Refused(
-                403,
-                "operator calls over HTTP need --http-credentials on a master with CURVE on",
-            )
-        return None
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token:
-        raise _Refused(401, "an Authorization: Bearer token is required", _CHALLENGE)
-    found = None
-    for known, principal in operator.tokens.items():
-        if hmac.compare_digest(known.encode(), token.strip().encode()):
-            found = principal
-    if found is None:
-        raise _Refused(401, "unknown token", _CHALLENGE)
-    return found
-
-
-_CHALLENGE: Final = {"WWW-Authenticate": 'Bearer realm="agora"'}
-
-
 async def _body(request: web.Request) -> Any:
     try:
         raw = await request.read()  # the whole body, however it arrives (the app caps its size)
     except web.HTTPRequestEntityTooLarge:
-        raise _Refused(413, f"request body over {MAX_BODY} bytes") from None
+        raise Refused(413, f"request body over {MAX_BODY} bytes") from None
     if not raw.strip():
         return None
     try:
         return json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise _Refused(400, f"the body is not JSON: {exc}") from None
+        raise Refused(400, f"the body is not JSON: {exc}") from None
 
 
 def _object(body: Any) -> dict[str, Any]:
     if not isinstance(body, dict):
-        raise _Refused(400, "the body must be a JSON object")
+        raise Refused(400, "the body must be a JSON object")
     return body
 
 
 def _weights(_: web.Request, body: Any) -> Message:
     weights = _object(body).get("weights")
     if not isinstance(weights, dict) or not weights:
-        raise _Refused(400, 'expected {"weights": {"role": weight, ...}}')
+        raise Refused(400, 'expected {"weights": {"role": weight, ...}}')
     pairs = []
     for role, weight in weights.items():
         if isinstance(weight, bool) or not isinstance(weight, int | float):
-            raise _Refused(400, f"the weight of {role!r} must be a number")
+            raise Refused(400, f"the weight of {role!r} must be a number")
         if not math.isfinite(weight):
-            raise _Refused(400, f"the weight of {role!r} must be finite")
+            raise Refused(400, f"the weight of {role!r} must be finite")
         pairs.append(RoleWeight(role=role, weight=float(weight)))
     return UpdateWeights(weights=tuple(pairs))
 
@@ -209,14 +182,14 @@ def _quota(_: web.Request, body: Any) -> Message:
     obj = _object(body)
     role = obj.get("role")
     if not isinstance(role, str):
-        raise _Refused(400, 'expected {"role": ..., "guarantee": "cpus:4;mem:4096", "limit": ...}')
+        raise Refused(400, 'expected {"role": ..., "guarantee": "cpus:4;mem:4096", "limit": ...}')
     unknown = sorted(set(obj) - {"role", "guarantee", "limit"})
     if unknown:
-        raise _Refused(400, f"unknown fields: {', '.join(unknown)}")
+        raise Refused(400, f"unknown fields: {', '.join(unknown)}")
     guarantee = _resources(obj.get("guarantee"), "guarantee")
     limit = _resources(obj.get("limit"), "limit")
     if guarantee is None and limit is None:
-        raise _Refused(400, "give a guarantee, a limit or both (DELETE /quota/ROLE removes it)")
+        raise Refused(400, "give a guarantee, a limit or both (DELETE /quota/ROLE removes it)")
     return UpdateQuota(role=role, guarantee=guarantee or Resources(), limit=limit)
 
 
@@ -224,7 +197,7 @@ def _resources(value: Any, what: str) -> Resources | None:
     if value is None:
         return None
     if not isinstance(value, str):
-        raise _Refused(400, f"{what} must be resources in text form, like 'cpus:4;mem:4096'")
+        raise Refused(400, f"{what} must be resources in text form, like 'cpus:4;mem:4096'")
     return Resources.parse(value)
 
 

@@ -92,6 +92,7 @@ async def _serve_locked(settings: DaemonSettings) -> int:
             peer_timeout=settings.peer_timeout,
             acl=acl,
             authenticated=curve is not None,
+            electors=_electors(curve, acl),
             debug=settings.log_level == "debug",
             history=history,
         )
@@ -111,11 +112,11 @@ async def _serve_locked(settings: DaemonSettings) -> int:
             source_host=_host_of(me) if len(masters) > 1 else None,
         )
         daemon.attach(leadership)
-        if len(masters) > 1 and (curve is None or acl is None or "*" in acl.masters):
+        if len(masters) > 1 and curve is None:
             # Anyone who can reach this port could then speak for a master in the election.
             log.warning(
                 "election_traffic_unauthenticated",
-                hint="turn CURVE on and list the masters' principal under 'masters' in the ACL",
+                hint="turn CURVE on: then only the masters' principal takes part in the election",
             )
         try:
             await leadership.start()
@@ -145,6 +146,10 @@ async def _serve_locked(settings: DaemonSettings) -> int:
                     daemon.leader_json,
                     members=daemon.members,
                     operator=operator,
+                    # Election traffic comes only from the masters' principal under CURVE, so
+                    # the leader URL a standby knows is the leader's own; without CURVE anyone
+                    # could have planted it, and clients follow redirects with their token.
+                    redirect=curve is not None,
                 )
                 http, http_url = await start_http(app, settings.http_bind, settings.http_port)
             except OSError as exc:
@@ -198,6 +203,17 @@ async def _serve_locked(settings: DaemonSettings) -> int:
             for path in (endpoint_file, _http_file(endpoint_file)):
                 with contextlib.suppress(OSError):
                     path.unlink()
+
+
+def _electors(curve: CurveServer | None, acl: Acl | None) -> frozenset[str] | None:
+    """Who may send election traffic under CURVE: the ACL's ``masters`` when it names them, else
+    whoever holds this master's own key pair (the masters of a group share one). None: CURVE is
+    off, and the daemon cannot tell senders apart."""
+    if curve is None:
+        return None
+    if acl is not None and "*" not in acl.masters:
+        return acl.masters
+    return frozenset(name for key, name in curve.principals.items() if key == curve.public_key)
 
 
 def _host_of(endpoint: str) -> str | None:

@@ -46,7 +46,8 @@ from typing import Any
 import aiohttp
 from agora.master.core import Master, MasterConfig, Send
 from agora.master.core.operator import snapshot
-from agora.master.server.http import make_app, start_http
+from agora.master.server.http import make_app
+from agora.master.server.http_access import OPEN, start_http
 from agora.master.server.metrics import DaemonStats
 from agora.sdk import codec
 from agora.sdk.codec import MAX_FRAME_BYTES
@@ -168,7 +169,9 @@ def timed(fn: Callable[[], object], runs: int) -> list[float]:
 async def serve_and_time(
     core: Master, runs: int, agents: int, tasks: int, profile: bool
 ) -> dict[str, Any]:
-    runner, base = await start_http(make_app(lambda: core, DaemonStats()), "127.0.0.1", 0)
+    runner, base = await start_http(
+        make_app(lambda: core, DaemonStats(), access=OPEN), "127.0.0.1", 0
+    )
     result: dict[str, Any] = {}
     try:
         async with aiohttp.ClientSession() as session:

@@ -117,17 +117,20 @@ def test_standbys_redirect_http_readers_to_the_leader(ha: Local) -> None:
         timeout=10,
         what="every master to know the leader's HTTP API",
     )
+    token = (ha.home / "keys" / "operator.token").read_text().strip()
     for url in urls:
         if url == leader_url:
             continue
-        conn = http.client.HTTPConnection(url.removeprefix("http://"), timeout=10)
-        try:
-            conn.request("GET", "/state?pretty=1")
-            resp = conn.getresponse()
-            assert resp.status == 307
-            assert resp.getheader("Location") == leader_url + "/state?pretty=1"
-        finally:
-            conn.close()
+        for headers, status in (({}, 401), ({"Authorization": f"Bearer {token}"}, 307)):
+            conn = http.client.HTTPConnection(url.removeprefix("http://"), timeout=10)
+            try:
+                conn.request("GET", "/state?pretty=1", headers=headers)
+                resp = conn.getresponse()
+                assert resp.status == status
+                if status == 307:  # the leader's URL came over CURVE, from the masters' key
+                    assert resp.getheader("Location") == leader_url + "/state?pretty=1"
+            finally:
+                conn.close()
 
 
 def test_after_the_leader_is_killed_work_still_runs_under_a_new_leader(ha: Local) -> None:

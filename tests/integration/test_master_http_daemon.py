@@ -140,11 +140,13 @@ def test_operator_calls_over_http_go_through_the_acl_and_the_core(tmp_path: Path
             timeout = aiohttp.ClientTimeout(total=DEADLINE)
             async with aiohttp.ClientSession(url, timeout=timeout) as http:
                 async with http.get("/state") as resp:
+                    assert resp.status == 401  # reads need a token too
+                guest = {"Authorization": "Bearer token-of-guest-0123456"}
+                async with http.get("/state", headers=guest) as resp:
                     [agent] = (await resp.json())["agents"]
                 drain = f"/agents/{agent['id']}/drain"
                 async with http.post(drain) as resp:
                     assert resp.status == 401
-                guest = {"Authorization": "Bearer token-of-guest-0123456"}
                 async with http.post(drain, headers=guest) as resp:
                     assert resp.status == 403
                     assert "may not make operator calls" in (await resp.json())["error"]
@@ -157,7 +159,7 @@ def test_operator_calls_over_http_go_through_the_acl_and_the_core(tmp_path: Path
                 body = {"weights": {"batch": 3}}
                 async with http.post("/weights", json=body, headers=ops) as resp:
                     assert resp.status == 200, await resp.text()
-                async with http.get("/state") as resp:
+                async with http.get("/state", headers=guest) as resp:
                     return dict(await resp.json())
 
         state = asyncio.run(asyncio.wait_for(scenario(), 30))

@@ -50,8 +50,15 @@ def _url(local: Local) -> str:
     return url
 
 
-def _get(url: str) -> tuple[int, str]:
-    with urllib.request.urlopen(url, timeout=10) as resp:
+def _token(local: Local) -> str:
+    """The operator token `agora local` wrote for its user."""
+    return (local.home / "keys" / "operator.token").read_text().strip()
+
+
+def _get(url: str, token: str) -> tuple[int, str]:
+    """A read: like every path but /health, it needs a token."""
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=10) as resp:
         return resp.status, resp.read().decode()
 
 
@@ -68,7 +75,11 @@ def test_metrics_parse_and_agree_with_state(local: Local) -> None:
         done = local.agora("run", "--task-id", f"view-{i}", "--", "echo", f"line {i}")
         assert done.returncode == 0, done.stderr
     url = _url(local)
-    status, text = _get(url + "/metrics")
+    for path in ("/state", "/state/summary", "/metrics"):  # no token: nothing to read
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(url + path, timeout=10)
+        assert refused.value.code == 401, path
+    status, text = _get(url + "/metrics", _token(local))
     assert status == 200
     families = {f.name: f for f in text_string_to_metric_families(text)}
     assert families.keys() >= REQUIRED, REQUIRED - families.keys()
@@ -77,7 +88,7 @@ def test_metrics_parse_and_agree_with_state(local: Local) -> None:
         for f in families.values()
         for s in f.samples
     }
-    state = json.loads(_get(url + "/state")[1])
+    state = json.loads(_get(url + "/state", _token(local))[1])
     assert samples[("agora_master_elected", ())] == 1
     assert samples[("agora_master_agents_active", ())] == len(state["agents"]) == 2
     finished = sum(1 for t in state["tasks"] if t["state"] == "FINISHED")
@@ -94,9 +105,9 @@ def test_metrics_parse_and_agree_with_state(local: Local) -> None:
 
 def test_a_drained_agent_gets_no_new_tasks_until_reactivated(local: Local) -> None:
     url = _url(local)
-    state = json.loads(_get(url + "/state")[1])
+    state = json.loads(_get(url + "/state", _token(local))[1])
     drained = state["agents"][0]["id"]
-    token = (local.home / "keys" / "operator.token").read_text().strip()
+    token = _token(local)
     with pytest.raises(urllib.error.HTTPError) as refused:  # no token: no call
         urllib.request.urlopen(
             urllib.request.Request(f"{url}/agents/{drained}/drain", data=b"", method="POST"),
@@ -105,7 +116,7 @@ def test_a_drained_agent_gets_no_new_tasks_until_reactivated(local: Local) -> No
     assert refused.value.code == 401
     status, body = _post(f"{url}/agents/{drained}/drain", token)
     assert (status, body["ok"]) == (200, True)
-    agents = json.loads(_get(url + "/state")[1])["agents"]
+    agents = json.loads(_get(url + "/state", _token(local))[1])["agents"]
     assert {a["id"]: a["draining"] for a in agents}[drained] is True
     for i in range(4):
         done = local.agora("run", "--task-id", f"drained-{i}", "--", "true")
@@ -115,8 +126,8 @@ def test_a_drained_agent_gets_no_new_tasks_until_reactivated(local: Local) -> No
     status, body = _post(f"{url}/agents/{drained}/reactivate", token)
     assert status == 200
     wait_for(
-        lambda: not json.loads(_get(url + "/state")[1])["agents"][0]["draining"],
+        lambda: not json.loads(_get(url + "/state", _token(local))[1])["agents"][0]["draining"],
         timeout=10,
         what="the agent active again",
     )
-    assert json.loads(_get(url + "/state/summary")[1])["agents"]["DRAINING"] == 0
+    assert json.loads(_get(url + "/state/summary", _token(local))[1])["agents"]["DRAINING"] == 0

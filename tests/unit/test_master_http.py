@@ -11,6 +11,7 @@ import pytest
 from agora.master.core import MasterConfig
 from agora.master.server.config import load_settings
 from agora.master.server.http import make_app
+from agora.master.server.http_access import OPEN
 from agora.master.server.metrics import DaemonStats
 from agora.sdk.messages import DrainAgent, TaskState, Teardown
 from agora.sdk.resources import Resources
@@ -45,7 +46,7 @@ def _cluster() -> Harness:
 
 def _with_client(h: Harness, body: Callable[[TestClient[Any, Any]], Awaitable[T]]) -> T:
     async def run() -> T:
-        app = make_app(lambda: h.master, DaemonStats())
+        app = make_app(lambda: h.master, DaemonStats(), access=OPEN)
         async with TestClient(TestServer(app)) as client:
             return await asyncio.wait_for(body(client), timeout=10)
 
@@ -147,7 +148,7 @@ def test_metrics_are_prometheus_text() -> None:
     stats.observe_allocation(5.0)
 
     async def run() -> str:
-        app = make_app(lambda: h.master, stats)
+        app = make_app(lambda: h.master, stats, access=OPEN)
         async with TestClient(TestServer(app)) as client:
             resp = await client.get("/metrics")
             assert resp.status == 200
@@ -188,7 +189,7 @@ def test_two_apps_do_not_share_a_registry() -> None:
         texts = []
         for h in (a, b):
             async with TestClient(
-                TestServer(make_app(lambda h=h: h.master, DaemonStats()))
+                TestServer(make_app(lambda h=h: h.master, DaemonStats(), access=OPEN))
             ) as client:
                 texts.append(await (await client.get("/metrics")).text())
         return texts[0], texts[1]
@@ -239,7 +240,7 @@ def test_metrics_count_silent_and_drained_agents() -> None:
     h.tick(interval)  # and another: both missed a whole round
 
     async def run() -> str:
-        app = make_app(lambda: h.master, DaemonStats())
+        app = make_app(lambda: h.master, DaemonStats(), access=OPEN)
         async with TestClient(TestServer(app)) as client:
             return await (await client.get("/metrics")).text()
 

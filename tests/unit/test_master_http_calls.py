@@ -62,6 +62,7 @@ def _run(
     *,
     leading: bool = True,
     leader_http: str | None = None,
+    redirect: bool = True,
 ) -> T:
     h = Harness()
 
@@ -71,6 +72,7 @@ def _run(
             DaemonStats(),
             lambda: {"leader": "tcp://10.0.0.1:5050", "leader_http": leader_http},
             operator=operator,
+            redirect=redirect,
         )
         async with TestClient(TestServer(app)) as client:
             return await asyncio.wait_for(body(client), timeout=10)
@@ -225,13 +227,45 @@ def test_with_credentials_a_call_needs_a_known_token_and_runs_as_its_principal()
     assert calls.calls == [(DrainAgent(agent_id="x"), "ops")]  # type: ignore[arg-type]
 
 
-def test_without_credentials_curve_masters_refuse_http_calls() -> None:
+def test_without_credentials_curve_masters_refuse_http_calls_and_reads() -> None:
     calls = Recorder()
-    got = _run(
-        Operator(calls, authenticated=True), lambda c: _post(c, "/agents/x/drain", status=403)
-    )
-    assert "--http-credentials" in got["error"]
+
+    async def scenario(client: TestClient[Any, Any]) -> list[dict[str, Any]]:
+        got = [await _post(client, "/agents/x/drain", status=401)]
+        for path in ("/state", "/state/summary", "/metrics"):
+            got.append(await _post(client, path, method="GET", status=401))
+        resp = await client.get("/health")
+        assert resp.status == 200
+        return got
+
+    answers = _run(Operator(calls, authenticated=True), scenario)
+    assert all("--http-credentials" in got["error"] for got in answers)
     assert calls.calls == []
+
+
+def test_with_credentials_reads_need_a_known_token_too() -> None:
+    """/state tells every framework's tasks and commands' ids, /metrics the cluster's size:
+    readers need a token like callers do (any known token reads)."""
+
+    async def scenario(client: TestClient[Any, Any]) -> None:
+        for path in ("/state", "/state/summary", "/metrics"):
+            await _post(client, path, method="GET", status=401)
+            await _post(client, path, method="GET", status=401, token="wrong-token-wrong-token")
+            resp = await client.get(path, headers={"Authorization": f"Bearer {TOKEN}"})
+            assert resp.status == 200, path
+        resp = await client.get("/health")
+        assert resp.status == 200 and (await resp.json())["leading"] is True
+
+    _run(Operator(Recorder(), {TOKEN: "reader"}, authenticated=True), scenario)
+
+
+def test_an_insecure_master_serves_anonymous_reads() -> None:
+    async def scenario(client: TestClient[Any, Any]) -> None:
+        for path in ("/state", "/state/summary", "/metrics"):
+            resp = await client.get(path)
+            assert resp.status == 200, path
+
+    _run(Operator(Recorder()), scenario)
 
 
 def test_a_standby_redirects_reads_and_calls_to_the_leader() -> None:
@@ -251,6 +285,31 @@ def test_a_standby_redirects_reads_and_calls_to_the_leader() -> None:
         assert resp.status == 200 and (await resp.json())["leading"] is False
 
     _run(Operator(calls), scenario, leading=False, leader_http="http://10.0.0.1:8080/")
+    assert calls.calls == []
+
+
+def test_a_standby_does_not_redirect_to_a_leader_url_it_could_not_authenticate() -> None:
+    """Without CURVE anyone could have planted the leader's URL, and clients follow a redirect
+    with their bearer token: the standby says where the leader is, but sends nobody there."""
+
+    async def scenario(client: TestClient[Any, Any]) -> None:
+        for method, path in (("GET", "/state"), ("POST", "/agents/a/drain")):
+            resp = await client.request(
+                method,
+                path,
+                allow_redirects=False,
+                headers={"Authorization": f"Bearer {TOKEN}"},
+            )
+            assert resp.status == 503 and "Location" not in resp.headers, path
+
+    calls = Recorder()
+    _run(
+        Operator(calls, {TOKEN: "ops"}),
+        scenario,
+        leading=False,
+        leader_http="http://10.6.6.6:8080/",
+        redirect=False,
+    )
     assert calls.calls == []
 
 

@@ -20,6 +20,7 @@ from agora.master.election.raft import RaftNode
 from agora.master.election.types import HardState, RaftConfig, Role
 from agora.master.server.daemon import MasterDaemon
 from agora.master.server.http import make_app
+from agora.master.server.http_access import OPEN
 from agora.master.server.leadership import Leadership
 from agora.sdk.history import History
 from agora.sdk.messages import AppendReply, VoteReply
@@ -78,7 +79,11 @@ def test_a_leader_whose_lease_ran_out_reports_that_it_does_not_lead(tmp_path: Pa
         await leadership.start()
         served = asyncio.create_task(daemon.run())
         app = make_app(
-            lambda: daemon.core, daemon.stats, daemon.leader_json, members=daemon.members
+            lambda: daemon.core,
+            daemon.stats,
+            daemon.leader_json,
+            members=daemon.members,
+            access=OPEN,
         )
         try:
             async with TestClient(TestServer(app)) as client:
