@@ -66,9 +66,9 @@ class Cluster:
         )
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
+def _stop(proc: subprocess.Popen[bytes], how: signal.Signals = signal.SIGTERM) -> None:
     if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(how)
         try:
             proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
@@ -142,8 +142,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         procs.append(agent)
         yield Cluster(endpoint, keys, env, master_log, agent_log)
     finally:
-        for proc in reversed(procs):  # the agent first: it stops its executors and tasks
-            _stop(proc)
+        # The agent first, with SIGUSR1: it then kills its executors and tasks (SIGTERM would
+        # leave them running for the next agent on its work dir to adopt).
+        for proc in reversed(procs):
+            _stop(proc, signal.SIGUSR1 if proc is not procs[0] else signal.SIGTERM)
 
 
 def _refused(out: subprocess.CompletedProcess[str], cluster: Cluster) -> str:
