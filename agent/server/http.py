@@ -70,9 +70,15 @@ class FileReadError(HttpError):
     """A read that cannot be served: ``status`` is the HTTP status (400, 403, 404 or 410)."""
 
 
-def state_json(core: Agent) -> dict[str, Any]:
-    """The ``/state`` document, as plain JSON values."""
+def state_json(
+    core: Agent, shows: Callable[[str | None], bool] = lambda _owner: True
+) -> dict[str, Any]:
+    """The ``/state`` document, as plain JSON values: the frameworks (their executors and
+    tasks) whose principal ``shows`` says the caller may see (an operator sees every one)."""
     st = core.state
+    seen = {
+        fw.framework_id for fw in st.frameworks.values() if shows(fw.info.principal or None)
+    }
     return {
         "agent_id": st.agent_id,
         "registered": st.registered,
@@ -86,6 +92,7 @@ def state_json(core: Agent) -> dict[str, Any]:
                 "tasks": sorted(fw.tasks),
             }
             for fw in st.frameworks.values()
+            if fw.framework_id in seen
         ],
         "executors": [
             {
@@ -97,6 +104,7 @@ def state_json(core: Agent) -> dict[str, Any]:
                 "tasks": sorted(ex.tasks),
             }
             for ex in st.executors.values()
+            if ex.framework_id in seen
         ],
         "tasks": [
             {
@@ -109,6 +117,7 @@ def state_json(core: Agent) -> dict[str, Any]:
                 f"/tasks/{task.info.task_id}",
             }
             for task in st.tasks.values()
+            if task.framework_id in seen
         ],
     }
 
@@ -246,11 +255,15 @@ def make_app(
     async def health(_: web.Request) -> web.StreamResponse:
         return web.json_response({"status": "ok"})
 
-    async def state(_: web.Request) -> web.StreamResponse:
+    async def state(request: web.Request) -> web.StreamResponse:
         agent = core()
         if agent is None:
             return web.json_response({"error": "starting"}, status=503)
-        return web.json_response(state_json(agent))
+        principal = request.get(PRINCIPAL)
+        # Like a task's files: its ids only to its framework's principal or an operator.
+        return web.json_response(
+            state_json(agent, lambda owner: may_read_files(principal, owner, auth))
+        )
 
     async def files_read(request: web.Request) -> web.StreamResponse:
         task_id = request.query.get("task")

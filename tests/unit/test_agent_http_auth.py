@@ -150,3 +150,17 @@ def test_without_credentials_only_health_is_served(tmp_path: Path) -> None:
         assert status == 401 and "--http-credentials" in body["error"]
     open_ = HttpAuth(insecure=True)
     assert call(tmp_path, core, open_, "/files/read?task=t1", {})[0] == 200
+
+
+def test_state_names_a_frameworks_tasks_only_to_its_principal_and_operators(
+    tmp_path: Path,
+) -> None:
+    """The ids in /state are what an attacker needs to aim at an executor: another principal
+    sees the agent, not alice's frameworks, executors or tasks."""
+    core = owned_core(tmp_path, "alice")
+    auth = HttpAuth(CREDS)
+    for token, sees in ((ALICE, True), (OPS, True), (BOB, False)):
+        status, body = call(tmp_path, core, auth, "/state", bearer(token))
+        assert status == 200 and body["agent_id"] == core.state.agent_id
+        assert [t["id"] for t in body["tasks"]] == (["t1"] if sees else []), token
+        assert bool(body["frameworks"]) is sees and bool(body["executors"]) is sees, token
