@@ -63,6 +63,8 @@ _fork = ctypes.PyDLL(None, use_errno=True).fork
 _fork.argtypes = []
 _fork.restype = ctypes.c_int
 
+#: Where a root filesystem shows the agent's executor socket directory (on its private /tmp).
+AGENT_DIR_IN_ROOTFS: Final = "/tmp/.agora-agent"
 # Host device nodes bind-mounted into a root filesystem's /dev.
 DEVICES: Final = ("null", "zero", "full", "random", "urandom", "tty")
 _DEV_LINKS: Final = (
@@ -278,11 +280,13 @@ def enter_rootfs(
     fresh_pid_ns: bool,
     uid: int | None,
     gid: int | None,
+    agent_dir: str | None = None,
 ) -> bool:
     """Build the container's root under ``<sandbox>/.rootfs`` and pivot into it.
 
     Writes go to an overlay on a tmpfs, never to ``image``; returns False when overlayfs was
-    refused and the image is bind-mounted read-only instead. The sandbox is /mnt/sandbox.
+    refused and the image is bind-mounted read-only instead. The sandbox is /mnt/sandbox;
+    ``agent_dir`` (the agent's executor socket directory) is AGENT_DIR_IN_ROOTFS, read-only.
     """
     base = os.path.join(sandbox, ".rootfs")
     if not os.path.isdir(base):
@@ -307,6 +311,12 @@ def enter_rootfs(
     tmp = resolve_in_root(merged, "/tmp")
     _make_mount_point(tmp, "/", None, None)
     mount("tmpfs", tmp, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+    if agent_dir is not None:
+        # On the fresh /tmp: a mount point there can be made even in a read-only image. The
+        # directory, not the socket file: a restarted agent's new socket shows through.
+        inner = resolve_in_root(merged, AGENT_DIR_IN_ROOTFS)
+        _make_mount_point(inner, agent_dir, None, None)
+        bind(agent_dir, inner, read_only=True, recursive=False)
     # pivot_root(".", "."): the old root is stacked on the new one, then detached.
     os.chdir(merged)
     pivot_root(".", ".")

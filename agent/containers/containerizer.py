@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Final, Protocol
 
 import structlog
+from agora.agent.containers._mounts import AGENT_DIR_IN_ROOTFS
 from agora.agent.containers.cgroups import Cgroup, CgroupError, Cgroups, Limits, Usage
 from agora.agent.containers.forkserver import ForkServer
 from agora.agent.containers.isolation import ContainerConfig
@@ -29,12 +30,14 @@ from agora.sdk.messages import ContainerInfo, Reason
 from agora.sdk.resources import Resources
 
 __all__ = [
+    "AGENT_DIR_IN_ROOTFS",
     "SANDBOX_IN_IMAGE",
     "Container",
     "Containerizer",
     "LaunchError",
     "User",
     "container_name",
+    "endpoint_in_image",
     "host_name_for",
     "limits_of",
 ]
@@ -49,6 +52,15 @@ _HOSTNAME_MAX: Final = 63
 _NAME_CHARS: Final = re.compile(r"[^A-Za-z0-9_.-]")
 #: Where a task's sandbox appears inside an image's root filesystem.
 SANDBOX_IN_IMAGE: Final = "/mnt/sandbox"
+
+
+def endpoint_in_image(endpoint: str) -> str:
+    """The agent's executor endpoint as an executor in an image's root filesystem reaches it:
+    an ``ipc://`` socket through the directory bound at AGENT_DIR_IN_ROOTFS."""
+    scheme, sep, path = endpoint.partition("://")
+    if not sep or scheme != "ipc":
+        return endpoint
+    return f"ipc://{AGENT_DIR_IN_ROOTFS}/{os.path.basename(path)}"
 
 
 class User(Protocol):
@@ -177,8 +189,12 @@ class Containerizer:
         cgroups: Cgroups | None = None,
         images: ImageStore | None = None,
         forkserver: ForkServer | None = None,
+        agent_dir: str | None = None,
     ) -> None:
+        """``agent_dir``: the directory of the agent's executor socket, made reachable in the
+        containers (the agent's, for custom executors; the default executor's tasks get none)."""
         self.config = config
+        self._agent_dir = agent_dir
         self._cgroups = cgroups if config.cgroup_controllers else None
         self._images = images
         self._forkserver = forkserver
@@ -297,6 +313,7 @@ class Containerizer:
             volumes=volumes,
             network_of=join_network,
             keep_visible=self._runtime,
+            agent_dir=self._agent_dir,
         )
         try:
             forkserver = self._forkserver

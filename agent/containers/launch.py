@@ -97,6 +97,9 @@ class ContainerSpec:
     network_of: str | None = None
     #: Host paths that stay visible (read-only) though a private /tmp would hide them.
     keep_visible: tuple[str, ...] = ()
+    #: The directory of the agent's executor socket (a custom executor's container): kept
+    #: visible like ``keep_visible``, bound read-only at AGENT_DIR_IN_ROOTFS in a rootfs.
+    agent_dir: str | None = None
 
     def __post_init__(self) -> None:
         namespaces = frozenset(self.namespaces)
@@ -379,6 +382,7 @@ def _setup(spec: ContainerSpec, plan: _Plan, report: int, step: _Step) -> int | 
                 "pid" in spec.namespaces,
                 spec.uid,
                 plan.gid,
+                spec.agent_dir,
             )
             if not writable:
                 warning = f"overlayfs refused: rootfs {spec.rootfs} is mounted read-only"
@@ -389,7 +393,8 @@ def _setup(spec: ContainerSpec, plan: _Plan, report: int, step: _Step) -> int | 
             step.name = "mount volumes"
             _mounts.mount_volumes(spec.sandbox, plan.volumes, spec.uid, plan.gid)
             step.name = "mount private /tmp"
-            _mounts.private_tmp(spec.sandbox, spec.uid, plan.gid, spec.keep_visible)
+            keep = spec.keep_visible + ((spec.agent_dir,) if spec.agent_dir else ())
+            _mounts.private_tmp(spec.sandbox, spec.uid, plan.gid, keep)
             if "pid" in spec.namespaces:
                 step.name = "mount /proc"
                 _mounts.fresh_proc("/proc")

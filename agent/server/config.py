@@ -91,6 +91,11 @@ def _optional_text(text: str) -> str | None:
     return text.strip() or None
 
 
+def _executor_bind(text: str) -> str:
+    """An endpoint, or nothing: the default (see agora.agent.server.executor_socket)."""
+    return parse_endpoint(text) if text.strip() else ""
+
+
 def _path(text: str) -> str:
     value = text.strip()
     if not value:
@@ -123,9 +128,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("hostname", _text, None, "host name to report (None: this host's name)"),
     Option(
         "executor_bind",
-        parse_endpoint,
-        "tcp://127.0.0.1:0",
-        "endpoint executors connect to (port 0: any free port)",
+        _executor_bind,
+        "",
+        "endpoint executors connect to (default: the Unix socket <work dir>/run/executors.sock, "
+        "tcp://127.0.0.1:0 if that path is too long; tcp://127.0.0.1:0 picks a free port)",
     ),
     Option(
         "master_timeout",

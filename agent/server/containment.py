@@ -20,6 +20,7 @@ from agora.agent.containers.containerizer import (
     Containerizer,
     LaunchError,
     container_name,
+    endpoint_in_image,
     host_name_for,
     limits_of,
 )
@@ -105,6 +106,7 @@ class AgentContainment:
             raise LaunchError(problem)
         if spec is not None and spec.image is not None:
             required["AGORA_SANDBOX"] = SANDBOX_IN_IMAGE
+            required["AGORA_AGENT_ENDPOINT"] = endpoint_in_image(required["AGORA_AGENT_ENDPOINT"])
         name = container_name(fid, "executor", eid)
         resources = self.executor_resources(fid, eid)
 

@@ -56,6 +56,7 @@ from agora.agent.server.checkpointing import Checkpointer, find_alive
 from agora.agent.server.config import DaemonSettings, option_env_names
 from agora.agent.server.containment import AgentContainment
 from agora.agent.server.disk_du import DiskIsolator
+from agora.agent.server.executor_socket import bind_executor_socket, ipc_path, socket_modes
 from agora.agent.server.gpu_assign import GpuAssignments
 from agora.agent.server.history import AgentHistory
 from agora.agent.server.isolation import (
@@ -227,6 +228,19 @@ class AgentDaemon:
             log.error("isolation_unavailable", error=str(exc))
             self._checkpoint.close()
             return 1
+        modes = socket_modes(switch_user=self._settings.switch_user, euid=os.geteuid())
+        self._server = bind_executor_socket(
+            Checkpointer.executor_endpoint(records),
+            self._settings.executor_bind,
+            self._work_dir,
+            modes,
+        )
+        if self._server is None:
+            self._checkpoint.close()
+            return 1
+        self._endpoint = advertised_endpoint(self._server.endpoint)
+        self._checkpoint.record_endpoint(self._server.endpoint)
+        socket_path = ipc_path(self._endpoint)
         images = ImageStore(self._settings.image_store) if self._settings.image_store else None
         gpus = None
         if "gpu/nvidia" in self._containers.isolators:
@@ -237,19 +251,19 @@ class AgentDaemon:
         # each launch) and adopted by the agent, a subreaper, which reaps them.
         self._forkserver = ForkServer() if self._containers.isolated else None
         self._containment = AgentContainment(
-            Containerizer(self._containers, cgroups, images, self._forkserver),
+            Containerizer(
+                self._containers,
+                cgroups,
+                images,
+                self._forkserver,
+                agent_dir=os.path.dirname(socket_path) if socket_path else None,
+            ),
             lambda: self._core,
             gpus,
         )
         self._processes = ExecutorProcesses(
             loop, self._work_dir, self._executor_exited, switch_user=self._settings.switch_user
         )
-        self._server = self._bind_executor_socket(Checkpointer.executor_endpoint(records))
-        if self._server is None:
-            self._checkpoint.close()
-            return 1
-        self._endpoint = advertised_endpoint(self._server.endpoint)
-        self._checkpoint.record_endpoint(self._server.endpoint)
         if self._settings.http_port is not None:
             # Before registering: the master learns the bound port in AgentInfo. Imported here:
             # it loads prometheus_client, which an agent without HTTP does not need.
@@ -386,20 +400,6 @@ class AgentDaemon:
             SandboxGc(settings.gc_delay, settings.gc_disk_headroom),
             lambda: self._core,
         )
-
-    def _bind_executor_socket(self, recorded: str | None) -> ZmqServer | None:
-        """The executor socket: where the previous agent process had it, when recovering, so
-        that its executors find this one; else (or if that is taken) ``--executor-bind``."""
-        if recorded:
-            try:
-                return ZmqServer.bind(recorded)
-            except zmq.ZMQError as exc:
-                log.warning("executor_endpoint_not_recovered", endpoint=recorded, error=str(exc))
-        try:
-            return ZmqServer.bind(self._settings.executor_bind)
-        except zmq.ZMQError as exc:
-            log.error("executor_bind_failed", endpoint=self._settings.executor_bind, error=str(exc))
-            return None
 
     def _recover(self, records: dict[tuple[str, str], bytes]) -> bool:
         """Take the core's state back from the checkpoint and adopt the executors still running.

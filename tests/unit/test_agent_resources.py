@@ -156,7 +156,7 @@ def test_build_config_from_flags(tmp_path: Path) -> None:
     assert config.executor_shutdown_grace_period == 2
     assert settings.work_dir == str(tmp_path)
     assert settings.master == "tcp://127.0.0.1:5050"
-    assert settings.executor_bind == "tcp://127.0.0.1:0"
+    assert settings.executor_bind == ""  # the Unix socket in the work dir
     assert settings.recovery_timeout == 900
     assert settings.switch_user is False
 
