@@ -27,13 +27,13 @@ def _events(agent: AgentProcess) -> list[dict[str, Any]]:
     return events
 
 
-async def _flood(port: int) -> None:
+async def _flood(endpoint: str) -> None:
     ctx = zmq.asyncio.Context()
     try:
         sock = ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.ROUTING_ID, ROUTING_ID)
-        sock.connect(f"tcp://127.0.0.1:{port}")
+        sock.connect(endpoint)
         for _ in range(FLOOD):
             await sock.send(b"\xc1 not msgpack")
         sock.close(linger=2000)  # the frames go out before the socket goes
@@ -44,8 +44,8 @@ async def _flood(port: int) -> None:
 def test_a_flood_of_bad_frames_is_logged_a_few_times_and_summarised(tmp_path: Path) -> None:
     async def main() -> None:
         async with scenario(tmp_path) as (master, agent):
-            reg = await master.register()
-            await _flood(reg.agent_info.port)
+            await master.register()
+            await _flood(agent.executor_endpoint())
 
             def accounted() -> list[dict[str, Any]] | None:
                 events = _events(agent)

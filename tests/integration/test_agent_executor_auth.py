@@ -67,13 +67,15 @@ def _forged_finished() -> StatusUpdate:
 def test_a_stranger_cannot_take_over_a_running_executor(tmp_path: Path) -> None:
     async def main() -> None:
         async with scenario(tmp_path) as (master, agent):
-            reg = await master.register()
+            await master.register()
             await master.run_to_running("t1", "while [ ! -e go ]; do sleep 0.05; done")
             ctx = zmq.asyncio.Context()
             try:
                 sock = ctx.socket(zmq.DEALER)
                 sock.setsockopt(zmq.LINGER, 0)
-                sock.connect(f"tcp://127.0.0.1:{reg.agent_info.port}")
+                # The agent's own Unix socket: a root agent that switches users lets any local
+                # user connect (0666), so only the secret keeps a stranger out.
+                sock.connect(agent.executor_endpoint())
                 forged = _forged_finished()
                 takeover = ReregisterExecutor(
                     framework_id=FID, executor_id=CMD, updates=(forged,), secret="guessed"

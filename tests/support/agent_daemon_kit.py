@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -171,6 +172,12 @@ class AgentProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def executor_endpoint(self) -> str:
+        """Where the agent serves its executors (a Unix socket by default), from its log."""
+        started = [line for line in self.log().splitlines() if '"agent_started"' in line]
+        assert started, "the agent has not started"
+        return str(json.loads(started[-1])["executor_endpoint"])
 
 
 def _agent_env() -> dict[str, str]:
