@@ -56,7 +56,7 @@ from agora.agent.server.checkpointing import Checkpointer, find_alive
 from agora.agent.server.config import DaemonSettings, option_env_names
 from agora.agent.server.containment import AgentContainment
 from agora.agent.server.disk_du import DiskIsolator
-from agora.agent.server.executor_socket import bind_executor_socket, ipc_path, socket_modes
+from agora.agent.server.executor_socket import bind_executor_socket, socket_dir, socket_modes
 from agora.agent.server.gpu_assign import GpuAssignments
 from agora.agent.server.history import AgentHistory
 from agora.agent.server.isolation import (
@@ -230,7 +230,8 @@ class AgentDaemon:
             return 1
         modes = socket_modes(switch_user=self._settings.switch_user, euid=os.geteuid())
         self._server = bind_executor_socket(
-            Checkpointer.executor_endpoint(records),
+            # Only running executors need the old endpoint; else it is chosen afresh.
+            Checkpointer.executor_endpoint(records) if Checkpointer.executors(records) else None,
             self._settings.executor_bind,
             self._work_dir,
             modes,
@@ -240,7 +241,6 @@ class AgentDaemon:
             return 1
         self._endpoint = advertised_endpoint(self._server.endpoint)
         self._checkpoint.record_endpoint(self._server.endpoint)
-        socket_path = ipc_path(self._endpoint)
         images = ImageStore(self._settings.image_store) if self._settings.image_store else None
         gpus = None
         if "gpu/nvidia" in self._containers.isolators:
@@ -256,7 +256,7 @@ class AgentDaemon:
                 cgroups,
                 images,
                 self._forkserver,
-                agent_dir=os.path.dirname(socket_path) if socket_path else None,
+                agent_dir=socket_dir(self._endpoint),
             ),
             lambda: self._core,
             gpus,

@@ -36,6 +36,7 @@ __all__ = [
     "bind_executor_socket",
     "choose_endpoint",
     "ipc_path",
+    "socket_dir",
     "socket_modes",
 ]
 
@@ -70,6 +71,12 @@ def ipc_path(endpoint: str) -> str | None:
     """The file of an ``ipc://`` endpoint (None for any other transport)."""
     scheme, sep, path = endpoint.partition("://")
     return path if sep and scheme == "ipc" and path.startswith("/") else None
+
+
+def socket_dir(endpoint: str) -> str | None:
+    """The directory of an ``ipc://`` endpoint's socket, for containers to see (None: TCP)."""
+    path = ipc_path(endpoint)
+    return os.path.dirname(path) if path is not None else None
 
 
 def choose_endpoint(explicit: str, work_dir: str, *, has_ipc: bool = True) -> tuple[str, str]:

@@ -100,6 +100,26 @@ def test_executors_connect_through_a_unix_socket_and_nothing_listens_on_tcp(
     run(main())
 
 
+def test_an_agent_without_executors_to_adopt_chooses_its_socket_afresh(tmp_path: Path) -> None:
+    """A checkpointed TCP endpoint (an agent run with --executor-bind tcp://…, or from before
+    Unix sockets) binds again only while executors may still connect to it."""
+
+    async def main() -> None:
+        tcp = ("--executor-bind", "tcp://127.0.0.1:0")
+        async with scenario(tmp_path, *NO_HTTP, *tcp) as (master, agent):
+            await master.register()
+            assert agent.executor_endpoint().startswith("tcp://")
+            agent.proc.send_signal(signal.SIGTERM)
+            await eventually(lambda: agent.proc.poll() is not None, "the agent to stop")
+            with agent_process(tmp_path, master.endpoint, *NO_HTTP) as again:
+                await master.expect(ReregisterAgent)
+                path = again.work_dir / "run" / "executors.sock"
+                assert again.executor_endpoint() == f"ipc://{path}"
+                assert '"why": "default"' in again.log()
+
+    run(main())
+
+
 def test_executor_bind_still_chooses_tcp(tmp_path: Path) -> None:
     async def main() -> None:
         async with scenario(tmp_path, *NO_HTTP, "--executor-bind", "tcp://127.0.0.1:0") as (

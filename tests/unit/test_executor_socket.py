@@ -18,6 +18,7 @@ from agora.agent.server.executor_socket import (
     bind_executor_socket,
     choose_endpoint,
     ipc_path,
+    socket_dir,
     socket_modes,
 )
 
@@ -55,6 +56,8 @@ def test_a_path_too_long_for_a_unix_socket_falls_back_to_loopback() -> None:
 def test_ipc_path_and_the_endpoint_inside_an_image() -> None:
     assert ipc_path("ipc:///w/run/executors.sock") == "/w/run/executors.sock"
     assert ipc_path("tcp://127.0.0.1:5051") is None
+    assert socket_dir("ipc:///w/run/executors.sock") == "/w/run"
+    assert socket_dir("tcp://127.0.0.1:5051") is None
     assert endpoint_in_image("ipc:///w/run/executors.sock") == (
         f"ipc://{AGENT_DIR_IN_ROOTFS}/executors.sock"
     )
