@@ -270,7 +270,6 @@ class LocalCluster:
             *("--master", endpoint),
             *("--work-dir", str(self.work_dir / name)),
             *("--hostname", name),
-            *("--executor-bind", "tcp://127.0.0.1:0"),
             *("--log-level", self.log_level),
             *self._client_curve(AGENT_KEY),
             *self._agent_http(),
