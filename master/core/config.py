@@ -58,6 +58,9 @@ class MasterConfig:
     recovery_agent_share: float = 0.8
     #: ... or this many seconds have passed, whichever comes first.
     recovery_hold_off: float = 2.0
+    #: The daemon runs without CURVE (``--insecure``): operators see it in the state (``agora
+    #: top``), since anyone who reaches the master may then act as anyone.
+    insecure: bool = False
 
     @property
     def resubscribe_window(self) -> float:

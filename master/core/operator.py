@@ -45,6 +45,7 @@ def snapshot(st: MasterState, query: GetState | None = None) -> StateReply:
         roles=roles(st),
         cluster=st.config.cluster,
         leader_since=st.leader_since,
+        insecure=st.config.insecure,
     )
     if query is None or query == _EVERYTHING:
         tasks = [st.tasks[key] for key in sorted(st.tasks)]

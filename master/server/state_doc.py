@@ -59,6 +59,7 @@ class StateDocument:
             tasks.extend(_task(task) for task in fw.completed)
         return {
             "cluster": st.config.cluster,
+            "insecure": st.config.insecure,
             "master": {
                 "id": info.master_id,
                 "epoch": info.epoch,

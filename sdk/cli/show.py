@@ -30,6 +30,7 @@ from rich.markup import escape
 from rich.table import Table
 
 __all__ = [
+    "INSECURE",
     "add_parsers",
     "agent_status",
     "agents_json",
@@ -44,6 +45,9 @@ __all__ = [
     "to_json",
     "with_totals",
 ]
+
+#: How ``agora state`` and ``agora top`` mark a master that runs without CURVE (``--insecure``).
+INSECURE = "INSECURE (no CURVE)"
 
 #: States shown by ``agora tasks`` without ``--all``: everything but the finished ones.
 _DONE_STATES = frozenset({TaskState.LOST, TaskState.GONE_BY_OPERATOR, TaskState.UNKNOWN})
@@ -180,8 +184,10 @@ def cmd_state(args: argparse.Namespace) -> int:
     console = _console()
     info = reply.master_info
     cluster = f"[bold]cluster[/bold] {escape(reply.cluster)}  " if reply.cluster else ""
+    insecure = f"  [bold white on red]{INSECURE}[/]" if reply.insecure else ""
     console.print(
         f"{cluster}[bold]master[/bold] {info.master_id}  address {info.address}  epoch {info.epoch}"
+        f"{insecure}"
     )
     if len(reply.masters) > 1:
         console.print(f"[bold]masters[/bold] {masters_line(reply.masters)}")

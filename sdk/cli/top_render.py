@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from agora.sdk.cli.common import duration
-from agora.sdk.cli.show import agent_status
+from agora.sdk.cli.show import INSECURE, agent_status
 from agora.sdk.cli.top_events import Event, all_agents, all_tasks
 from agora.sdk.messages import (
     AgentSummary,
@@ -210,13 +210,14 @@ def _border(name: str, view: View) -> str:
 
 
 def _header(state: StateReply, now: float, view: View) -> Group:
-    """Two lines: the cluster and its counts (and a failed poll, a filter being typed); then
-    who leads, since when, and the standbys."""
+    """Two lines: the cluster (marked when its master runs without CURVE) and its counts (and a
+    failed poll, a filter being typed); then who leads, since when, and the standbys."""
     info = state.master_info
     first = Text.assemble(
         ("agora top", "bold"),
         "  ",
         (state.cluster or "agora", "bold cyan"),
+        *(("  ", (INSECURE, "bold white on red")) if state.insecure else ()),
         f"  {_clock(now)}  │ agents {_agent_count(state)}  frameworks {len(state.frameworks)}",
         f"  tasks {_task_count(state)}",
         no_wrap=True,

@@ -165,6 +165,10 @@ class StateReply(Message):
     #: Scalars over every agent: their total, and what is allocated of it.
     resources_total: Resources = field(default_factory=Resources)
     resources_allocated: Resources = field(default_factory=Resources)
+    #: The master runs without CURVE (``--insecure``): anyone who reaches it may register agents,
+    #: subscribe frameworks and make operator calls. A STATE from a master older than this field
+    #: decodes as False (a client older than it rejects the field: upgrade clients first).
+    insecure: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -147,6 +147,20 @@ def test_agora_state_shows_the_cluster_and_a_roles_section(
     assert bare.startswith("master m-1") and "Roles" not in bare
 
 
+def test_agora_state_says_when_the_master_runs_without_curve(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(show, "_fetch", lambda _args: dataclasses.replace(_reply(), insecure=True))
+    assert show.cmd_state(argparse.Namespace(json=False)) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("cluster prod-eu  master m-1") and "INSECURE (no CURVE)" in first
+    assert show.cmd_state(argparse.Namespace(json=True)) == 0
+    assert json.loads(capsys.readouterr().out)["insecure"] is True
+    monkeypatch.setattr(show, "_fetch", lambda _args: _reply())
+    show.cmd_state(argparse.Namespace(json=False))
+    assert "INSECURE" not in capsys.readouterr().out
+
+
 def test_agora_state_json_counts_the_agents_and_sums_the_resources_it_lists(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

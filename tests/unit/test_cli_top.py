@@ -180,6 +180,19 @@ def test_frameworks_show_share_and_outstanding_offers() -> None:
     assert "INACTIVE" in batchy_row and " - " in batchy_row
 
 
+def test_a_master_without_curve_is_marked_insecure_in_red_in_the_header() -> None:
+    secure = _text(render(_state(), History(), [], (160, 40), now=NOW))
+    assert "INSECURE" not in secure
+    state = dataclasses.replace(_state(), cluster="prod-eu", insecure=True)
+    head = _text(render(state, History(), [], (160, 40), now=NOW)).splitlines()[0]
+    assert head.startswith("agora top  prod-eu  INSECURE (no CURVE)  "), head
+    styled = _styled(render(state, History(), [], (160, 40), now=NOW))
+    assert "\x1b[1;37;41mINSECURE (no CURVE)" in styled  # bold white on red
+    # On a narrow screen the counts are cut short, never the marker.
+    narrow = _text(render(state, History(), [], (60, 40), now=NOW), width=60).splitlines()[0]
+    assert "INSECURE (no CURVE)" in narrow
+
+
 def test_a_drained_agent_shows_draining_in_its_own_style_and_can_be_filtered() -> None:
     state = _state()
     drained = dataclasses.replace(state.agents[0], draining=True)

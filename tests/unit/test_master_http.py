@@ -102,6 +102,7 @@ def test_state_lists_everything() -> None:
     assert fws["s1"]["tasks"] == {"RUNNING": 1}
     assert not agents["a1"]["draining"] and agents["a1"]["reserved"] == {}
     assert state["cluster"] == "agora" and state["masters"] == []
+    assert state["insecure"] is False  # (MasterConfig.insecure: the master runs without CURVE)
     roles = {r["name"]: r for r in state["roles"]}
     assert roles["batch"]["weight"] == 2.0
     assert roles["batch"]["quota"] == {"guarantee": {"cpus": 1}, "limit": None}
@@ -220,11 +221,11 @@ def test_a_failing_handler_answers_500_and_the_app_keeps_serving() -> None:
 
 
 def test_http_options() -> None:
-    env: dict[str, str] = {}
+    env = {"AGORA_INSECURE": "1"}  # (no CURVE here)
     assert load_settings([], env=env).http_port is None
     on = load_settings(["--http-port", "0", "--http-bind", "0.0.0.0"], env=env)
     assert (on.http_port, on.http_bind) == (0, "0.0.0.0")
-    assert load_settings([], env={"AGORA_HTTP_PORT": "8080"}).http_port == 8080
+    assert load_settings([], env={**env, "AGORA_HTTP_PORT": "8080"}).http_port == 8080
     assert load_settings(["--http-port", "off"], env=env).http_port is None
     with pytest.raises(SystemExit) as exc:
         load_settings(["--http-port", "70000"], env=env)

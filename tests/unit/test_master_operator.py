@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import msgpack
+from agora.master.core import MasterConfig
+from agora.sdk import codec
 from agora.sdk.ids import FrameworkID, TaskID
 from agora.sdk.messages import (
     Error,
@@ -115,3 +120,14 @@ def test_a_scheduler_taking_over_from_a_new_connection_counts_as_a_failover() ->
     assert [f.failovers for f in _state(h).frameworks] == [0]
     h.subscribe("s1-restarted", failover_timeout=60.0, framework_id=fw)
     assert [f.failovers for f in _state(h).frameworks] == [1]
+
+
+def test_the_state_says_whether_the_master_runs_without_curve() -> None:
+    assert not _state(Harness()).insecure
+    insecure = _state(Harness(MasterConfig(insecure=True)))
+    assert insecure.insecure  # (the harness sends it through the codec both ways)
+    # A STATE from a master older than the field decodes, as a secure one.
+    name, version, epoch, body = msgpack.unpackb(codec.encode(insecure), use_list=False)
+    del body["insecure"]
+    older = msgpack.packb((name, version, epoch, body), use_bin_type=True)
+    assert codec.decode(older).message == dataclasses.replace(insecure, insecure=False)

@@ -122,6 +122,7 @@ SPEC_FIELDS: dict[str, tuple[str, ...]] = {
         "agents_draining",
         "resources_total",
         "resources_allocated",
+        "insecure",
     ),
     "OPERATOR_KILL": ("task_id", "framework_id"),
     "UPDATE_WEIGHTS": ("weights",),
