@@ -300,8 +300,9 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "insecure_http",
         parse_bool,
-        False,
-        "serve the HTTP API without tokens (anyone who can reach it reads every task's output)",
+        None,  # None: as --insecure says (without --http-credentials)
+        "serve the HTTP API without tokens (anyone who can reach it reads every task's output); "
+        "default: on with --insecure and no --http-credentials, else off",
         flag=True,
     ),
     Option(
@@ -320,6 +321,16 @@ OPTIONS: tuple[Option, ...] = (
         "this agent's CURVE secret key file (with --curve-server-key: encrypt the master link)",
     ),
     Option("curve_server_key", _path, None, "the master's CURVE public key file"),
+    Option(
+        "insecure",
+        parse_bool,
+        False,
+        "run without CURVE on purpose (needed without --curve-secret-key/--curve-server-key): "
+        "the master link is neither encrypted nor authenticated, and the HTTP API is served "
+        "without tokens unless --http-credentials; logged at start (with CURVE keys given, "
+        "it changes nothing)",
+        flag=True,
+    ),
 )
 
 
@@ -347,6 +358,8 @@ class DaemonSettings:
     #: Who may call the HTTP API (default: nobody but for /health).
     http_credentials: HttpCredentials | None = None
     insecure_http: bool = False
+    #: Started --insecure and given no CURVE keys: no CURVE, on purpose.
+    insecure: bool = False
     #: The host reported for the HTTP API (the daemon fills in the port once bound).
     advertise_host: str = "127.0.0.1"
     #: Isolators asked for (None: every one the host supports).
@@ -394,6 +407,7 @@ def build(values: Mapping[str, Any]) -> tuple[AgentConfig, DaemonSettings]:
     for name, path in (("--curve-secret-key", secret), ("--curve-server-key", server)):
         if path is not None and not os.path.isfile(path):
             raise ConfigError(f"{name}: no such file {path}")
+    insecure = bool(values["insecure"]) and secret is None  # with CURVE it changes nothing
     if values["registration_backoff_max"] < values["registration_backoff"]:
         raise ConfigError("--registration-backoff-max must be >= --registration-backoff")
     if values["status_update_retry_max"] < values["status_update_retry"]:
@@ -405,8 +419,11 @@ def build(values: Mapping[str, Any]) -> tuple[AgentConfig, DaemonSettings]:
     if len(advertise) > 255:
         raise ConfigError("--advertise-host: at most 255 characters")
     credentials = None
+    insecure_http = values["insecure_http"]
+    if insecure_http is None:  # --insecure opens the HTTP API too, unless it has credentials
+        insecure_http = insecure and values["http_credentials"] is None
     if values["http_credentials"] is not None:
-        if values["insecure_http"]:
+        if insecure_http:
             raise ConfigError("--http-credentials and --insecure-http contradict each other")
         try:
             credentials = load_http_credentials(Path(values["http_credentials"]))
@@ -419,6 +436,13 @@ def build(values: Mapping[str, Any]) -> tuple[AgentConfig, DaemonSettings]:
     cgroups_root = values["cgroups_root"].strip("/")
     if not cgroups_root or ".." in cgroups_root.split("/"):
         raise ConfigError("--cgroups-root: a relative cgroup path without '..'")
+    if secret is None and not insecure:
+        raise ConfigError(
+            "CURVE is off: give --curve-secret-key and --curve-server-key (this agent's key and "
+            "the master's public key, from `agora keys generate`), or --insecure to run without "
+            "authentication on purpose (anyone who reaches the master could then pose as this "
+            "agent)"
+        )
     config = AgentConfig(
         hostname=hostname,
         resources=resources,
@@ -450,7 +474,8 @@ def build(values: Mapping[str, Any]) -> tuple[AgentConfig, DaemonSettings]:
         http_port=values["http_port"],
         http_bind=http_bind,
         http_credentials=credentials,
-        insecure_http=bool(values["insecure_http"]),
+        insecure_http=bool(insecure_http),
+        insecure=insecure,
         advertise_host=advertise,
         isolation=isolation,
         cgroups_root=cgroups_root,

@@ -33,9 +33,11 @@ def run(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None)
     if curve is None:
         log.warning(
             "running_insecure",
-            hint="no CURVE: the link to the master is neither encrypted nor authenticated, and "
-            "anyone who reaches the master could pose as this agent; give --curve-secret-key and "
-            "--curve-server-key",
+            insecure_flag=settings.insecure,
+            http_without_tokens=settings.insecure_http,
+            hint="started --insecure, no CURVE: the link to the master is neither encrypted nor "
+            "authenticated, and anyone who reaches the master could pose as this agent; give "
+            "--curve-secret-key and --curve-server-key",
         )
     daemon = AgentDaemon(config, settings, curve=curve, environ=env)
     return asyncio.run(daemon.run())

@@ -357,8 +357,9 @@ OPTIONS: tuple[Option, ...] = (
         "insecure",
         parse_bool,
         False,
-        "run without CURVE on purpose: needed for an election group (--masters) without "
-        "--curve-secret-key, where anyone who reaches the port could speak for a master",
+        "run without CURVE on purpose (needed without --curve-secret-key): anyone who reaches "
+        "the port may then register agents, subscribe frameworks, make operator calls and, in "
+        "an election group, speak for a master; logged at start and shown by agora top",
         flag=True,
     ),
 )
@@ -446,6 +447,13 @@ def settings_from(values: Mapping[str, Any]) -> DaemonSettings:
             "--curve-authorized-keys (and the masters' principal under 'masters' in --acl), or "
             "--insecure to run without authentication on purpose"
         )
+    if secret is None and not values["insecure"]:
+        raise ConfigError(
+            "CURVE is off: give --curve-secret-key and --curve-authorized-keys (keys from "
+            "`agora keys generate`), or --insecure to let anyone who reaches this master's port "
+            "register agents, subscribe frameworks and make operator calls"
+        )
+    master = replace(master, insecure=secret is None)
     return DaemonSettings(
         master=master,
         bind=values["bind"],

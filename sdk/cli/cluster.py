@@ -58,14 +58,16 @@ _LAUNCH_TIMEOUT = 10.0  # a restart under way when the cluster stops
 #: Settings the daemons would take from the environment but must not, here. The local cluster
 #: gives its daemons its own keys (or none) by flag, and $AGORA_CURVE_SECRET_KEY /
 #: $AGORA_CURVE_SERVER_KEY may well be set for the CLI's own use (the master would read the
-#: first as its own secret key, the agents both as theirs). The HTTP settings name one port and
-#: address, which several daemons on one host cannot all take: each agent picks a free port
-#: instead.
+#: first as its own secret key, the agents both as theirs); $AGORA_INSECURE, set for the CLI
+#: to skip its keys, would be read by the daemons as their --insecure. The HTTP settings name
+#: one port and address, which several daemons on one host cannot all take: each agent picks a
+#: free port instead.
 _DAEMON_ENV = frozenset(
     {
         "AGORA_CURVE_SECRET_KEY",
         "AGORA_CURVE_SERVER_KEY",
         "AGORA_CURVE_AUTHORIZED_KEYS",
+        "AGORA_INSECURE",
         "AGORA_ACL",
         "AGORA_HTTP_PORT",
         "AGORA_HTTP_BIND",
@@ -231,9 +233,10 @@ class LocalCluster:
 
     def _agent_http(self) -> list[str]:
         """The agents' HTTP API takes the tokens the masters' does (the user's is an operator's:
-        it reads every task's output); without keys, it is as open as the rest."""
+        it reads every task's output); without keys, the agents run --insecure, which leaves it
+        as open as the rest."""
         if self.keys is None:
-            return ["--insecure-http"]
+            return ["--insecure"]
         return ["--http-credentials", str(self.keys.http_credentials)]
 
     def client_curve(self) -> CurveClient | None:

@@ -113,6 +113,7 @@ class Group:
                 *("--resources", self.agent_resources, "--executor-bind", "tcp://127.0.0.1:0"),
                 *("--log-level", "warning"),
                 "--allow-root-tasks",  # the bench's tasks name no user; it may run as root
+                "--insecure",  # as the masters: CURVE off on purpose
             ]
             daemon = Daemon(name, argv, self.work_dir / "logs" / f"{name}.log")
             self.agent_daemons.append(daemon)

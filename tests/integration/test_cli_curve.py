@@ -300,7 +300,7 @@ def test_keys_for_a_master_without_curve_are_one_line_and_exit_1(
             [
                 *(sys.executable, "-m", "agora.master.server"),
                 *("--bind", "tcp://127.0.0.1:0", "--endpoint-file", str(endpoint_file)),
-                *("--work-dir", str(tmp_path / "plain-work")),
+                *("--work-dir", str(tmp_path / "plain-work"), "--insecure"),
             ],
             stdout=log,
             stderr=subprocess.STDOUT,

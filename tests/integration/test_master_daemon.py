@@ -226,6 +226,7 @@ def test_one_master_per_work_dir(tmp_path: Path) -> None:
             str(work),
             "--log-format",
             "json",
+            "--insecure",
         ]
         done = subprocess.run(argv, capture_output=True, env=clean_env(), timeout=DEADLINE)
         assert done.returncode == 1

@@ -142,6 +142,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MpiRig]:
                 *("-m", "agora.master.server", "--bind", mpi.master),
                 *("--work-dir", str(root / "master"), "--allocation-interval", "0.2"),
                 *("--agent-ping-interval", "1", "--max-agent-ping-timeouts", "3"),
+                "--insecure",  # no CURVE in the rig's network namespaces: on purpose, here
             ],
         )
         for host in AGENT_HOSTS:
@@ -154,6 +155,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MpiRig]:
                     *("--resources", "cpus:2;mem:2048", "--executor-bind", "tcp://127.0.0.1:0"),
                     *("--http-port", "none", "--recovery-timeout", "5"),
                     "--allow-root-tasks",  # the MPI ranks run as the (root) submitter
+                    "--insecure",
                 ],
             )
 

@@ -40,6 +40,8 @@ from agora.sdk.messages import (
 from agora.sdk.resources import Resources
 from agora.sdk.transport import Received, ZmqServer
 
+from support.insecure import insecure_unless_curve
+
 M = TypeVar("M", bound=Message)
 
 EPOCH = 3
@@ -221,7 +223,9 @@ def agent_process(tmp_path: Path, master: str, *extra: str) -> Iterator[AgentPro
         # The tests run tasks that name no user under a root test run (--no-allow-root-tasks in
         # ``extra`` turns the refusal back on).
         "--allow-root-tasks",
-        # The HTTP API without tokens, unless the test says how it is protected.
+        # No CURVE unless the test gives keys; and the HTTP API without tokens, unless the test
+        # says how it is protected.
+        *insecure_unless_curve(extra),
         *(
             ()
             if {"--http-credentials", "--no-insecure-http"} & set(extra)

@@ -21,6 +21,7 @@ from agora.sdk.messages import StateReply
 from agora.sdk.operator import OperatorClient
 from agora.sdk.transport import CurveClient
 
+from support.insecure import insecure_unless_curve
 from support.polling import wait_for
 
 #: Executors of a SIGKILLed agent give up on it this fast in tests.
@@ -55,6 +56,7 @@ class LocalCluster:
                 str(endpoint_file),
                 "--work-dir",
                 str(self.work_dir / "master"),
+                *insecure_unless_curve(self.master_args),
                 *self.master_args,
             ],
         )
@@ -84,6 +86,7 @@ class LocalCluster:
         ]
         if self.agent_resources:
             args += ["--resources", self.agent_resources]
+        args += insecure_unless_curve(self.agent_args)
         proc = self._spawn(f"agent-{i}", [*args, *self.agent_args])
         if i < len(self.agent_procs):
             self.agent_procs[i] = proc

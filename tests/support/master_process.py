@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from support.insecure import insecure_unless_curve
 from support.polling import wait_for
 
 #: Seconds the master may take to bind, or to exit once killed.
@@ -64,6 +65,7 @@ def master_process(
         str(tmp_path / f"{name}-work"),
         "--log-format",
         "json",
+        *insecure_unless_curve(args),
         *args,
     ]
     with log_file.open("wb") as log:

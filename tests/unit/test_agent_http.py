@@ -193,7 +193,7 @@ def _settings(tmp_path: Path, *argv: str) -> Any:
     from agora.agent.server.config import OPTIONS, PROG, build
     from agora.sdk.settings import load
 
-    values = load(PROG, "", OPTIONS, ["--work-dir", str(tmp_path), *argv], {})
+    values = load(PROG, "", OPTIONS, ["--work-dir", str(tmp_path), "--insecure", *argv], {})
     return build(values)[1]
 
 

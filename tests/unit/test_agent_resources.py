@@ -122,7 +122,7 @@ def test_bad_attributes(bad: str, why: str) -> None:
 
 
 def _values(argv: list[str]) -> dict[str, object]:
-    return load(PROG, "test", OPTIONS, argv, env={})
+    return load(PROG, "test", OPTIONS, [*argv, "--insecure"], env={})  # (no CURVE here)
 
 
 def test_build_config_from_flags(tmp_path: Path) -> None:
@@ -166,6 +166,7 @@ def test_environment_configures_too(tmp_path: Path) -> None:
         "AGORA_WORK_DIR": str(tmp_path),
         "AGORA_ATTRIBUTES": "zone:z",
         "AGORA_MASTER": "tcp://m:1",
+        "AGORA_INSECURE": "1",
     }
     config, settings = build(load(PROG, "test", OPTIONS, [], env=env))
     assert dict(config.attributes) == {"zone": "z"}

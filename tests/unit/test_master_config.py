@@ -23,14 +23,14 @@ def _toml(tmp_path: Path, text: str) -> Path:
 
 
 def test_defaults_match_the_spec_and_the_core() -> None:
-    s = load_settings([], env={})
+    s = load_settings(["--insecure"], env={})
     assert s.bind == "tcp://127.0.0.1:5050"
     assert s.work_dir == Path("/tmp/agora/master")
     assert s.endpoint_file is None
     assert s.peer_timeout == 45.0
     assert (s.log_format, s.log_level) == ("console", "info")
-    assert not s.curve and s.acl is None
-    assert s.master == MasterConfig()
+    assert not s.curve and s.acl is None and s.insecure
+    assert s.master == MasterConfig(insecure=True)  # (the state shows it)
     assert s.tick_interval == pytest.approx(0.1)
 
 
@@ -91,6 +91,7 @@ def test_flags_map_onto_master_config(tmp_path: Path) -> None:
             "json",
             "--log-level",
             "DEBUG",
+            "--insecure",
         ],
         env={},
     )
@@ -114,6 +115,7 @@ def test_flags_map_onto_master_config(tmp_path: Path) -> None:
 def test_precedence_flag_over_env_over_toml_over_default(tmp_path: Path) -> None:
     cfg = _toml(tmp_path, 'allocation_interval = 3\npeer_timeout = 30\nroles = ["a", "b"]\n')
     env = {"AGORA_CONFIG": str(cfg), "AGORA_ALLOCATION_INTERVAL": "2", "AGORA_ROLES": "c"}
+    env["AGORA_INSECURE"] = "1"
     s = load_settings(["--allocation-interval", "1.5"], env=env)
     assert s.master.allocation_interval == 1.5  # flag beats env and file
     assert s.master.roles == frozenset({"c"})  # env beats file
@@ -121,7 +123,7 @@ def test_precedence_flag_over_env_over_toml_over_default(tmp_path: Path) -> None
     assert s.master.heartbeat_interval == 15.0  # default
     s = load_settings([], env=env)
     assert s.master.allocation_interval == 2.0
-    s = load_settings(["--config", str(cfg)], env={})
+    s = load_settings(["--config", str(cfg), "--insecure"], env={})
     assert s.master.allocation_interval == 3.0
     assert s.master.roles == frozenset({"a", "b"})
 
@@ -134,7 +136,7 @@ def test_toml_lists_and_tables_for_role_options(tmp_path: Path) -> None:
         "[weights]\nbatch = 3\nmpi = 1.5\n"
         '[quota_limit]\nbatch = "cpus:6;mem:2048"\n',
     )
-    s = load_settings(["--config", str(cfg)], env={})
+    s = load_settings(["--config", str(cfg), "--insecure"], env={})
     assert s.master.weights == {"batch": 3.0, "mpi": 1.5}
     assert s.master.offer_timeout is None
     assert s.master.quotas == {
@@ -184,7 +186,7 @@ def test_role_option_parsers() -> None:
 )
 def test_bad_flags_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
-        load_settings(argv, env={})
+        load_settings([*argv, "--insecure"], env={})
     assert exc.value.code == 2
     assert "error" in capsys.readouterr().err
 
@@ -193,12 +195,12 @@ def test_bad_env_and_toml_values_exit_2_naming_the_source(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as exc:
-        load_settings([], env={"AGORA_PEER_TIMEOUT": "never"})
+        load_settings(["--insecure"], env={"AGORA_PEER_TIMEOUT": "never"})
     assert exc.value.code == 2
     assert "AGORA_PEER_TIMEOUT" in capsys.readouterr().err
     cfg = _toml(tmp_path, 'heartbeat_interval = "often"\n')
     with pytest.raises(SystemExit) as exc:
-        load_settings(["--config", str(cfg)], env={})
+        load_settings(["--config", str(cfg), "--insecure"], env={})
     assert exc.value.code == 2
     assert "heartbeat_interval" in capsys.readouterr().err
 
@@ -219,3 +221,18 @@ def test_curve_and_acl_paths(tmp_path: Path) -> None:
     assert s.curve_secret_key == tmp_path / "master.key_secret"
     assert s.curve_authorized_keys == tmp_path / "clients"
     assert s.acl == tmp_path / "acl.toml"
+    assert not s.insecure and not s.master.insecure  # CURVE on: the state says so
+
+
+def test_without_curve_a_master_refuses_to_start_unless_insecure(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        load_settings([], env={})
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err  # one line saying what to give
+    assert "CURVE is off" in err and "--curve-secret-key" in err and "--insecure" in err
+    for argv, env in ((["--insecure"], {}), ([], {"AGORA_INSECURE": "true"})):
+        s = load_settings(argv, env=env)
+        assert s.insecure and not s.curve and s.master.insecure
