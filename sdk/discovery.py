@@ -12,11 +12,13 @@ from typing import Final
 
 __all__ = [
     "DEFAULT_MASTER",
+    "INSECURE_ENV",
     "MASTER_KEY",
     "agora_home",
     "client_key_files",
     "client_principal",
     "http_token",
+    "insecure_client",
     "keys_dir",
     "master_address",
     "normalize_endpoint",
@@ -26,6 +28,11 @@ __all__ = [
 DEFAULT_MASTER: Final = "tcp://127.0.0.1:5050"
 #: The stem of the masters' shared key in :func:`keys_dir` (also their principal).
 MASTER_KEY: Final = "master"
+#: Set (``1``, ``true``, ``yes``, ``on``): clients look for no credentials in :func:`keys_dir`, to
+#: reach a master started ``--insecure`` from an account that has keys of its own. (A daemon
+#: reads the same variable as its ``--insecure``.)
+INSECURE_ENV: Final = "AGORA_INSECURE"
+_TRUE: Final = frozenset({"1", "true", "yes", "on"})
 
 
 def agora_home(environ: Mapping[str, str] | None = None) -> Path:
@@ -51,9 +58,19 @@ def client_principal(uid: int | None = None) -> str:
     return "user-" + (re.sub(r"[^A-Za-z0-9_.-]", "_", name).lstrip(".") or str(uid))
 
 
+def insecure_client(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether ``$AGORA_INSECURE`` tells clients to skip key discovery (CURVE off unless keys
+    are named explicitly, by flag or ``$AGORA_CURVE_*``)."""
+    env = os.environ if environ is None else environ
+    return env.get(INSECURE_ENV, "").strip().lower() in _TRUE
+
+
 def client_key_files(environ: Mapping[str, str] | None = None) -> tuple[Path, Path] | None:
     """(this user's secret key, the masters' public key) in :func:`keys_dir`, when both are
-    there and readable by this user; else None (no keys, or another user's directory)."""
+    there and readable by this user; else None (no keys, another user's directory, or
+    ``$AGORA_INSECURE`` set: see :func:`insecure_client`)."""
+    if insecure_client(environ):
+        return None
     folder = keys_dir(environ)
     secret, server = folder / f"{client_principal()}.key_secret", folder / f"{MASTER_KEY}.key"
     if all(os.path.isfile(p) and os.access(p, os.R_OK) for p in (secret, server)):
@@ -64,11 +81,14 @@ def client_key_files(environ: Mapping[str, str] | None = None) -> tuple[Path, Pa
 def http_token(environ: Mapping[str, str] | None = None) -> str | None:
     """This user's bearer token for the daemons' HTTP APIs: ``$AGORA_HTTP_TOKEN``, else
     ``operator.token`` in :func:`keys_dir` when this user can read it (written by ``agora
-    local``); else None."""
+    local``) and ``$AGORA_INSECURE`` is not set (the local cluster's token is not sent to
+    another, insecure one); else None."""
     env = os.environ if environ is None else environ
     explicit = env.get("AGORA_HTTP_TOKEN", "").strip()
     if explicit:
         return explicit
+    if insecure_client(env):
+        return None
     try:
         token = (keys_dir(environ) / "operator.token").read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError):

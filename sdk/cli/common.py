@@ -5,7 +5,8 @@ CURVE: a master started with ``--curve-secret-key`` admits only clients whose pu
 ``--curve-secret-key FILE`` (this client's ``NAME.key_secret``) and ``--curve-server-key FILE``
 (the master's public ``.key``), by default from ``$AGORA_CURVE_SECRET_KEY`` and
 ``$AGORA_CURVE_SERVER_KEY``; both or neither. Without either, the keys ``agora local`` wrote for
-this user in ``$AGORA_HOME/keys`` (``user-<name>.key_secret`` and ``master.key``), if readable.
+this user in ``$AGORA_HOME/keys`` (``user-<name>.key_secret`` and ``master.key``), if readable,
+unless ``$AGORA_INSECURE`` is set (``1``): then no CURVE, for a master started ``--insecure``.
 A refused handshake (unknown key, CURVE expected or not expected, wrong server key) is noticed on
 its own link (:func:`handshake_problem`) and reported as one line at once, rather than as a
 silent master at the end of ``--timeout``.
@@ -19,7 +20,7 @@ import os
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Final, TypeVar
 
-from agora.sdk.discovery import master_address, parse_masters
+from agora.sdk.discovery import INSECURE_ENV, master_address, parse_masters
 from agora.sdk.operator import OperatorClient, OperatorError
 from agora.sdk.transport import CurveClient, ZmqClient, discover_client
 
@@ -201,7 +202,8 @@ def describe_handshake_error(why: str, master: str, curve: bool) -> str:
     if why == _PROTOCOL_ERROR:
         return (
             f"the master at {master} does not use CURVE ({why}): "
-            "leave out --curve-secret-key and --curve-server-key"
+            "leave out --curve-secret-key and --curve-server-key, or set "
+            f"${INSECURE_ENV}=1 to skip the keys in $AGORA_HOME/keys"
         )
     # A master that cannot read our HELLO (another server key) hangs up without a word; so may
     # a master without CURVE.

@@ -121,8 +121,9 @@ class CurveClient:
 
 def discover_client(environ: Mapping[str, str] | None = None) -> CurveClient | None:
     """This user's credentials from ``$AGORA_HOME/keys`` (written by ``agora local``): its
-    ``user-<name>.key_secret`` and the masters' ``master.key``; None when they are not there or
-    this user cannot read them (then the master, if it wants CURVE, refuses the handshake)."""
+    ``user-<name>.key_secret`` and the masters' ``master.key``; None when they are not there,
+    this user cannot read them (then the master, if it wants CURVE, refuses the handshake), or
+    ``$AGORA_INSECURE`` is set (to reach a master started ``--insecure``)."""
     files = client_key_files(environ)
     if files is None:
         return None
