@@ -209,7 +209,9 @@ def describe_handshake_error(why: str, master: str, curve: bool) -> str:
     # a master without CURVE.
     return (
         f"the CURVE handshake with the master at {master} failed ({why}): "
-        "is --curve-server-key the master's public key, and does the master use CURVE?"
+        "is --curve-server-key the master's public key, and does the master use CURVE? "
+        f"(for a master started --insecure, set ${INSECURE_ENV}=1 to skip the keys in "
+        "$AGORA_HOME/keys)"
     )
 
 

@@ -1,7 +1,7 @@
 """Secure by default: a master or an agent without CURVE refuses to start (exit 2, one line saying
 what to give) unless told --insecure; started so, it says so loudly (`running_insecure`), the
 master's state carries it (`agora state` prints INSECURE), and a user whose $AGORA_HOME holds
-keys reaches it with AGORA_INSECURE=1."""
+keys reaches it with AGORA_INSECURE=1 (and `agora top` shows it INSECURE)."""
 
 from __future__ import annotations
 
@@ -150,4 +150,8 @@ def test_an_insecure_cluster_says_so_and_a_user_with_keys_reaches_it_with_agora_
             shown = subprocess.run(state, capture_output=True, text=True, env=insecure, timeout=60)
             assert shown.returncode == 0, shown.stderr
             assert "INSECURE (no CURVE)" in shown.stdout.splitlines()[0], shown.stdout
+            top = [*AGORA, "top", "--once", "--master", endpoint, "--timeout", "5"]
+            frame = subprocess.run(top, capture_output=True, text=True, env=insecure, timeout=60)
+            assert frame.returncode == 0, frame.stderr
+            assert "INSECURE (no CURVE)" in frame.stdout.splitlines()[0], frame.stdout
             assert agent.poll() is None and master.poll() is None
