@@ -175,6 +175,8 @@ class AgentDaemon:
         #: Bad-frame warnings per peer ("master" or an executor's): a few a second, the rest
         #: counted and summarised; also the per-peer counts /metrics shows.
         self._bad_frame_log = KeyedLogLimiter(rate=3.0, burst=3, max_keys=256)
+        #: Likewise for executor messages refused for a wrong secret (a stranger's flood).
+        self._refusal_log = KeyedLogLimiter(rate=3.0, burst=3, max_keys=256)
         #: The container usage sampled for the latest PONG (empty: none, or no containers).
         self.latest_usage: tuple[ContainerUsage, ...] = ()
         #: The disk/du isolator (sandbox sizes, enforcement) and sandbox garbage collection.
@@ -568,6 +570,9 @@ class AgentDaemon:
         suppressed = self._bad_frame_log.summary(time.monotonic())
         if suppressed is not None:
             log.warning("bad_frames_suppressed", **suppressed.log_fields())
+        refused = self._refusal_log.summary(time.monotonic())
+        if refused is not None:
+            log.warning("executor_auth_refusals_suppressed", **refused.log_fields())
 
     def _from_master(self, received: Received) -> None:
         message = received.message
@@ -706,13 +711,14 @@ class AgentDaemon:
                     log.warning("executor_signal_failed", error=str(exc))
             elif isinstance(action, ExecutorRefused):
                 self.executor_auth_refused += 1
-                log.warning(
-                    "executor_auth_refused",
-                    framework_id=action.framework_id,
-                    executor_id=action.executor_id,
-                    peer=action.peer,
-                    reason=action.reason,
-                )
+                if self._refusal_log.allow(action.peer, time.monotonic()):
+                    log.warning(
+                        "executor_auth_refused",
+                        framework_id=action.framework_id,
+                        executor_id=action.executor_id,
+                        peer=action.peer,
+                        reason=action.reason,
+                    )
             elif isinstance(action, Terminate):
                 log.warning("agent_terminated_by_master", reason=action.reason)
                 self._terminated_by_master = True

@@ -123,3 +123,41 @@ def test_the_command_executor_registers_with_its_secret(tmp_path: Path) -> None:
             assert _refusals(agent) == []
 
     run(main())
+
+
+def test_a_strangers_flood_is_logged_a_few_lines_a_second_and_counted(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with scenario(tmp_path) as (master, agent):
+            await master.register()
+            await master.run_to_running("t3", "while [ ! -e go ]; do sleep 0.05; done")
+            ctx = zmq.asyncio.Context()
+            try:
+                sock = ctx.socket(zmq.DEALER)
+                sock.setsockopt(zmq.LINGER, 0)
+                sock.connect(agent.executor_endpoint())
+                for _ in range(300):
+                    await sock.send(
+                        encode(RegisterExecutor(framework_id=FID, executor_id=CMD, secret="x"))
+                    )
+                await eventually(
+                    lambda: '"executor_auth_refusals_suppressed"' in agent.log(),
+                    "the summary of what was kept quiet",
+                )
+                sock.close(linger=0)
+            finally:
+                ctx.destroy(linger=0)
+            summaries = [
+                json.loads(line)
+                for line in agent.log().splitlines()
+                if '"executor_auth_refusals_suppressed"' in line
+            ]
+            # A burst of 3, then 3 a second: the flood took well under a second or two.
+            assert 3 <= len(_refusals(agent)) <= 12
+            assert sum(int(s["count"]) for s in summaries) + len(_refusals(agent)) <= 300
+            assert summaries[0]["count"] > 0 and summaries[0]["peers"] == 1
+            # The real executor is unaffected: its task ends on its own.
+            (agent.task_sandbox("t3") / "go").touch()
+            await master.ack(await master.update("t3", TaskState.FINISHED))
+            assert agent.proc.poll() is None
+
+    run(main())
