@@ -300,8 +300,8 @@ class AgentDaemon:
                     "http_api_locked",
                     detail="no --http-credentials: every endpoint but /health answers 401; give "
                     'a TOML file of principal = "token" lines (agora local writes '
-                    "$AGORA_HOME/keys/http-credentials.toml), or --insecure-http to serve "
-                    "without tokens",
+                    "$AGORA_HOME/keys/http-credentials.toml), or --insecure-http (implied by "
+                    "--insecure) to serve without tokens",
                 )
         self._config = replace(
             self._config,
