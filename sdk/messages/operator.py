@@ -167,7 +167,7 @@ class StateReply(Message):
     resources_allocated: Resources = field(default_factory=Resources)
     #: The master runs without CURVE (``--insecure``): anyone who reaches it may register agents,
     #: subscribe frameworks and make operator calls. A STATE from a master older than this field
-    #: decodes as False (a client older than it rejects the field: upgrade clients first).
+    #: decodes as False (a client older than it ignores the field).
     insecure: bool = False
 
 
