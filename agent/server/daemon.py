@@ -436,6 +436,7 @@ class AgentDaemon:
         )
         self._pending.extend(actions)
         if self._history.enabled:
+            self._history.recovered(self._core.state.tasks)  # launched before the restart
             self._history.settled(self._core.state.tasks)
         self._checkpoint.save(self._core.checkpoint())
         self._flush()

@@ -82,6 +82,12 @@ class AgentHistory:
             state=status.state.value,
         )
 
+    def recovered(self, tasks: Mapping[tuple[FrameworkID, TaskID], Task]) -> None:
+        """After a restart: the tasks taken back from the checkpoint were launched (and their
+        launch recorded) by the agent's previous run; their end is recorded here when it comes
+        (again, harmlessly, for one that had ended before the restart)."""
+        self._live.update(tasks)
+
     def settled(self, tasks: Mapping[tuple[FrameworkID, TaskID], Task]) -> None:
         """After each stimulus: a task whose state in the agent turned final has ended *now*,
         which may be well before its final update leaves (updates go one at a time, each
