@@ -3,9 +3,12 @@
 It opens (or creates) the job store under ``--work-dir``, reloads every job that had not ended,
 subscribes to the master as the framework id it had before (so its tasks kept running while it
 was away, within ``--failover-timeout``), reconciles them, serves the HTTP API and records its
-URL in ``$AGORA_HOME/batch``. SIGTERM or SIGINT stops it and leaves its tasks running for the
-next start; if the master forgot the framework (its failover timeout passed), it subscribes
-afresh and requeues whatever the master no longer knows.
+URL in ``$AGORA_HOME/batch``. The same API is served on a Unix socket (``--unix-socket``, by
+default ``$AGORA_HOME/batch.sock``, mode 0666) where each local user submits as themself; over
+TCP it needs a bearer token (``--http-credentials``) unless ``--insecure-http``. SIGTERM or
+SIGINT stops it and leaves its tasks running for the next start; if the master forgot the
+framework (its failover timeout passed), it subscribes afresh and requeues whatever the master no
+longer knows.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from pathlib import Path
 
 import structlog
 from agora.frameworks.batch.api import ClusterView, make_app
+from agora.frameworks.batch.api_auth import ApiAuth, SocketInUse, remove_socket, start_unix
 from agora.frameworks.batch.config import ServiceSettings, load_settings
 from agora.frameworks.batch.core import BatchCore, CoreConfig
 from agora.frameworks.batch.fairshare import FairShare
@@ -38,6 +42,7 @@ from agora.sdk.messages.enums import FrameworkCapability
 from agora.sdk.operator import OperatorClient
 from agora.sdk.scheduler import DriverError, SchedulerDriver
 from agora.sdk.transport import CurveClient, discover_client
+from aiohttp import web
 
 __all__ = ["main"]
 
@@ -47,12 +52,16 @@ TICK = 0.5
 STOP_DEADLINE = 10.0
 
 
+#: The longest path a Unix socket can have (sun_path, less its terminating NUL).
+MAX_SOCKET_PATH = 107
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     settings = load_settings(argv)
     configure_logging(settings.log_format, settings.log_level)
     try:
         return asyncio.run(serve(settings))
-    except StoreError as exc:
+    except (StoreError, SocketInUse) as exc:
         print(f"agora batch serve: {exc}", file=sys.stderr)
         return 1
 
@@ -104,14 +113,27 @@ async def _serve(settings: ServiceSettings, store: JobStore) -> int:
     for signo in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signo, stop.set)
     service.on_failure = lambda _exc: stop.set()
+    auth = ApiAuth(credentials=settings.http_credentials, insecure_http=settings.insecure_http)
     runner, host, port = await start_http(
-        make_app(service, ClusterView(operator), settings.roles),
+        make_app(service, ClusterView(operator), settings.roles, auth=auth),
         settings.http_bind,
         settings.http_port,
     )
     url = f"http://{_url_host(host)}:{port}"
+    try:
+        sock_path, sock_inode = await _serve_unix(runner, settings)
+    except BaseException:
+        await runner.cleanup()
+        raise
+    _log_http_policy(auth)
     written = _announce(url, settings)
-    log.info("batch_service_started", url=url, work_dir=str(settings.work_dir), master=master)
+    log.info(
+        "batch_service_started",
+        url=url,
+        unix_socket=str(sock_path) if sock_path else None,
+        work_dir=str(settings.work_dir),
+        master=master,
+    )
     ticker = asyncio.create_task(_tick(service), name="batch-tick")
     code = 0
     try:
@@ -121,6 +143,8 @@ async def _serve(settings: ServiceSettings, store: JobStore) -> int:
         with contextlib.suppress(asyncio.CancelledError):
             await ticker
         service.flush()
+        if sock_path is not None:
+            remove_socket(sock_path, sock_inode)
         await runner.cleanup()
         for path in written:
             _remove_if_ours(path, url)
@@ -182,6 +206,41 @@ async def _run_driver(
             return 1
         return 0
     return 0
+
+
+async def _serve_unix(runner: web.AppRunner, settings: ServiceSettings) -> tuple[Path | None, int]:
+    """Serve the API on the settings' Unix socket: (its path, its inode), or (None, 0)."""
+    path = settings.unix_socket
+    if path is None:
+        return None, 0
+    path = path.absolute()
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
+        if settings.unix_socket_explicit:
+            raise SocketInUse(f"--unix-socket {path}: longer than a Unix socket path can be")
+        log.warning(
+            "batch_unix_socket_skipped",
+            path=str(path),
+            reason="the path is too long for a Unix socket; give --unix-socket",
+        )
+        return None, 0
+    try:
+        return path, await start_unix(runner, path)
+    except OSError as exc:
+        raise SocketInUse(f"cannot serve the Unix socket {path}: {exc}") from None
+
+
+def _log_http_policy(auth: ApiAuth) -> None:
+    if auth.insecure_http:
+        log.warning(
+            "batch_http_insecure",
+            hint="--insecure-http: anyone who reaches the TCP API is an operator and may run "
+            "jobs as any user, root included",
+        )
+    elif auth.credentials is None:
+        log.info(
+            "batch_http_locked",
+            hint="no --http-credentials: TCP serves only /health; submit through the Unix socket",
+        )
 
 
 async def _tick(service: BatchService) -> None:

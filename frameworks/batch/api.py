@@ -4,6 +4,11 @@
 and against the cluster (some agent must be able to hold one of its tasks, or, for a gang, the
 agents together all of them) before anything is stored; a refusal is a 400 naming the problem.
 Reads flush pending changes first, then answer from the job store.
+
+Every request has an identified caller (:mod:`agora.frameworks.batch.api_auth`); a job runs as
+the user who submitted it, and who may submit, read or cancel what is decided by
+:mod:`agora.frameworks.batch.access`. A refusal is a 403 naming the rule, logged, and changes
+nothing.
 """
 
 from __future__ import annotations
@@ -13,8 +18,10 @@ import time
 from typing import Any
 
 import structlog
+from agora.frameworks.batch.access import Caller, list_filter, may_access, submit_problem
+from agora.frameworks.batch.api_auth import ApiAuth, auth_middleware, caller_of
 from agora.frameworks.batch.placement import task_resources
-from agora.frameworks.batch.records import TaskState
+from agora.frameworks.batch.records import JobRecord, TaskState
 from agora.frameworks.batch.service import BatchService
 from agora.frameworks.batch.spec import JobSpec, SpecError
 from agora.sdk.httpd import HttpError, json_errors
@@ -92,10 +99,33 @@ def _largest(agents: list[AgentSummary]) -> str:
 
 
 def make_app(
-    service: BatchService, cluster: ClusterView, roles: tuple[str, ...]
+    service: BatchService, cluster: ClusterView, roles: tuple[str, ...], *, auth: ApiAuth
 ) -> web.Application:
-    app = web.Application(middlewares=[json_errors], client_max_size=MAX_BODY)
+    """The API; ``auth`` says whom its TCP listener serves (its Unix socket serves everyone,
+    each as the Unix user they are)."""
+    app = web.Application(
+        middlewares=[json_errors, auth_middleware(auth)], client_max_size=MAX_BODY
+    )
     store = service.store
+
+    def refuse(caller: Caller, problem: str, **what: Any) -> HttpError:
+        log.warning(
+            "batch_request_refused",
+            caller=caller.describe(),
+            uid=caller.uid,
+            principal=caller.principal,
+            reason=problem,
+            **what,
+        )
+        return HttpError(403, problem)
+
+    def check_access(caller: Caller, found: JobRecord, action: str) -> None:
+        if not may_access(caller, found.spec.user, found.submit_uid):
+            problem = (
+                f"{caller.describe()} may not {action} job {found.job_id}: it runs as "
+                f"{found.spec.user!r} (only its own user, or root, may)"
+            )
+            raise refuse(caller, problem, job_id=found.job_id)
 
     def framework_id() -> str | None:
         return store.get_meta("framework_id")
@@ -117,8 +147,12 @@ def make_app(
             raise HttpError(400, "the body must be JSON") from None
         if not isinstance(body, dict) or "spec" not in body:
             raise HttpError(400, 'the body must be {"spec": {...}}')
+        caller = caller_of(request)
         try:
             spec = JobSpec.from_json(body["spec"])
+            problem = submit_problem(caller, spec.user)
+            if problem is not None:
+                raise refuse(caller, problem, user=spec.user)
             if spec.role not in roles:
                 served = ", ".join("default" if r == "*" else r for r in roles)
                 raise SpecError(f"unknown queue {spec.queue!r} (this service runs: {served})")
@@ -135,14 +169,15 @@ def make_app(
             raise HttpError(400, str(exc)) from None
         if service.failed is not None:
             raise HttpError(503, "the job store failed; the service is stopping")
-        job, tasks = service.submit(spec)
+        job, tasks = service.submit(spec, submitter=caller.submitter, submit_uid=caller.uid)
         service.flush()
         return web.json_response({"job_id": job.job_id, "tasks": len(tasks)}, status=201)
 
-    def job_view(job_id: int) -> dict[str, Any]:
+    def job_view(caller: Caller, job_id: int) -> dict[str, Any]:
         found = store.job(job_id)
         if found is None:
             raise HttpError(404, f"no job {job_id}")
+        check_access(caller, found, "read")
         view = found.to_json()
         view["tasks"] = _counts(store.task_counts(job_id))
         return view
@@ -150,10 +185,14 @@ def make_app(
     async def jobs(request: web.Request) -> web.Response:
         service.flush()
         query = request.query
+        caller = caller_of(request)
+        user, problem = list_filter(caller, query.get("user") or None)
+        if problem is not None:
+            raise refuse(caller, problem)
         since = None if query.get("all") in ("1", "true") else time.time() - RECENT_SECONDS
         rows = store.jobs(
             include_ended_since=since,
-            user=query.get("user") or None,
+            user=user,
             limit=_int(query.get("limit"), 1000),
         )
         out = []
@@ -166,7 +205,7 @@ def make_app(
     async def job(request: web.Request) -> web.Response:
         service.flush()
         job_id = _int(request.match_info["job"], -1)
-        view = job_view(job_id)
+        view = job_view(caller_of(request), job_id)
         tasks = [] if request.query.get("tasks") == "0" else store.tasks_of(job_id)
         return web.json_response({"job": view, "tasks": [t.to_json() for t in tasks]})
 
@@ -177,6 +216,9 @@ def make_app(
         found = store.task(job_id, index)
         if found is None:
             raise HttpError(404, f"no task {job_id}.{index}")
+        owner = store.job(job_id)
+        if owner is not None:
+            check_access(caller_of(request), owner, "read")
         return web.json_response({"task": found.to_json(), "framework_id": framework_id()})
 
     async def cancel(request: web.Request) -> web.Response:
@@ -193,6 +235,10 @@ def make_app(
             if raw is not None and (isinstance(raw, bool) or not isinstance(raw, int)):
                 raise HttpError(400, "index must be a whole number or null")
             index = raw
+        found = service.core.jobs.get(job_id) or store.job(job_id)
+        if found is None:
+            raise HttpError(404, f"no job {job_id}")
+        check_access(caller_of(request), found, "cancel")
         if job_id not in service.core.jobs:
             service.flush()
             ended = store.job(job_id)
@@ -216,8 +262,12 @@ def make_app(
         except ValueError:
             raise HttpError(400, "since must be unix seconds") from None
         job_filter = query.get("job")
+        caller = caller_of(request)
+        user, problem = list_filter(caller, query.get("user") or None)
+        if problem is not None:
+            raise refuse(caller, problem)
         records = store.history(
-            user=query.get("user") or None,
+            user=user,
             since=since_value,
             job_id=_int(job_filter, -1) if job_filter else None,
             limit=_int(query.get("limit"), 10_000),

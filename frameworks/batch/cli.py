@@ -119,7 +119,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     logs.add_argument(
         "-f", "--follow", action="store_true", help="keep printing new output until the task ends"
     )
-    logs.add_argument("--batch", metavar="URL", help="the batch service (default: $AGORA_BATCH)")
+    logs.add_argument(
+        "--batch", metavar="ADDRESS", help="the batch service (default: $AGORA_BATCH)"
+    )
     add_master_options(logs)
     logs.set_defaults(func=cmd_logs)
 
@@ -149,8 +151,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def _service_options(parser: argparse.ArgumentParser, json_flag: bool = True) -> None:
     parser.add_argument(
         "--batch",
-        metavar="URL",
-        help="the batch service (default: $AGORA_BATCH, else $AGORA_HOME/batch)",
+        metavar="ADDRESS",
+        help="the batch service: a URL, or unix:PATH for its Unix socket (default: "
+        "$AGORA_BATCH, else $AGORA_HOME/batch.sock, else the URL in $AGORA_HOME/batch)",
     )
     parser.add_argument(
         "--timeout",

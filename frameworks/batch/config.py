@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from agora.sdk.discovery import agora_home, parse_masters
+from agora.sdk.http_auth import HttpCredentials, load_http_credentials
 from agora.sdk.logs import LOG_FORMATS, LOG_LEVELS
 from agora.sdk.settings import (
     Option,
@@ -74,6 +75,16 @@ OPTIONS: Sequence[Option] = (
            "how long the master keeps our tasks running while this service is down"),
     Option("http_bind", _text, "127.0.0.1", "the HTTP API's address"),
     Option("http_port", parse_port, 0, "the HTTP API's port (0: a free one)"),
+    Option("http_credentials", _optional_path, None,
+           'bearer tokens of the TCP HTTP API (TOML: principal = "token" lines); every holder '
+           "is an operator (submits as any user); without it (or --insecure-http) TCP serves "
+           "only /health"),
+    Option("insecure_http", _text, False,
+           "serve the TCP HTTP API without tokens: whoever reaches it is an operator (submits "
+           "jobs as any user, root included)", flag=True),
+    Option("unix_socket", _optional_path, None,
+           "the Unix socket every local user submits through, each as themself "
+           "($AGORA_HOME/batch.sock; none: no socket)"),
     Option("endpoint_file", _optional_path, None,
            "also write the API's URL here (it always goes to $AGORA_HOME/batch)"),
     Option("half_life", parse_positive_duration, 86400.0, "fair-share usage half-life"),
@@ -108,6 +119,11 @@ class ServiceSettings:
     unreachable_timeout: float
     curve_secret_key: str | None
     curve_server_key: str | None
+    http_credentials: HttpCredentials | None
+    insecure_http: bool
+    unix_socket: Path | None
+    #: Whether ``unix_socket`` was given (a default path too long for a socket is skipped).
+    unix_socket_explicit: bool
     log_format: str
     log_level: str
 
@@ -123,6 +139,19 @@ def load_settings(
     work_dir = values["work_dir"]
     if (values["curve_secret_key"] is None) != (values["curve_server_key"] is None):
         raise SystemExit(f"{PROG}: --curve-secret-key and --curve-server-key go together")
+    credentials = None
+    insecure_http = bool(values["insecure_http"])
+    if values["http_credentials"] is not None:
+        if insecure_http:
+            raise SystemExit(f"{PROG}: --http-credentials and --insecure-http contradict")
+        try:
+            credentials = load_http_credentials(Path(values["http_credentials"]))
+        except ValueError as exc:
+            raise SystemExit(f"{PROG}: --http-credentials: {exc}") from None
+    socket_text = values["unix_socket"]
+    unix_socket: Path | None = agora_home(env) / "batch.sock"
+    if socket_text is not None:
+        unix_socket = None if socket_text.lower() in ("none", "off") else Path(socket_text)
     return ServiceSettings(
         master=values["master"],
         work_dir=Path(work_dir) if work_dir else agora_home(env) / "batch-service",
@@ -140,6 +169,10 @@ def load_settings(
         unreachable_timeout=values["unreachable_timeout"],
         curve_secret_key=values["curve_secret_key"],
         curve_server_key=values["curve_server_key"],
+        http_credentials=credentials,
+        insecure_http=insecure_http,
+        unix_socket=unix_socket,
+        unix_socket_explicit=socket_text is not None,
         log_format=values["log_format"],
         log_level=values["log_level"],
     )

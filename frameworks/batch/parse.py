@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import getpass
 import os
+import pwd
 import re
 import shlex
 from collections.abc import Mapping, Sequence
@@ -54,7 +54,11 @@ SUBMIT_OPTIONS: Final[dict[str, tuple[tuple[str, ...], str, str]]] = {
     "dependency": (("-d", "--dependency"), "DEPS", "afterok:12,afterany:13 or afterok:12:13"),
     "priority": (("--priority",), "N", "priority within the queue (higher runs first)"),
     "queue": (("-p", "--queue"), "QUEUE", "the queue (an Agora role; default: default)"),
-    "user": (("--user",), "USER", "the job's user (default: you)"),
+    "user": (
+        ("--user",),
+        "USER",
+        "the Unix user the job runs as (default: you; only root may name another)",
+    ),
     "time": (
         ("-t", "--time"),
         "TIME",
@@ -282,9 +286,18 @@ def build_spec(
         default_name = os.path.basename(command_words[0]) or command_words[0]
         body = {"command": shlex.join(command_words)}
     if "user" not in values:
-        values["user"] = getpass.getuser()
+        values["user"] = _login()
     values.setdefault("name", default_name[:128])
     return JobSpec(**body, **values)
+
+
+def _login() -> str:
+    """This process's Unix user (not $USER: the service checks the caller's uid)."""
+    uid = os.geteuid()
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
 
 
 def _merge(into: dict[str, Any], new: dict[str, Any]) -> None:

@@ -1,8 +1,10 @@
 """From a job's task to the TaskInfo that runs it on an offer, and the gang request of a gang job.
 
-A command runs through ``/bin/sh -c``; a job script travels in the task's environment and is
-written into the sandbox and executed there (so its ``#!`` line picks the interpreter), with its
-arguments. The working directory, when given, is entered first (the task fails if it cannot be).
+A task runs as its job's user (``run_as``; a job stored before jobs ran as their users names none
+and runs as the framework's user). A command runs through ``/bin/sh -c``; a job script travels in
+the task's environment and is written into the sandbox and executed there (so its ``#!`` line
+picks the interpreter), with its arguments. The working directory, when given, is entered first
+(the task fails if it cannot be).
 """
 
 from __future__ import annotations
@@ -79,6 +81,7 @@ def task_info(job: JobRecord, task: TaskRecord, offer: Offer, used: Resources) -
         resources=used,
         task_id=task.task_id,
         environment=_environment(job, task),
+        user=job.run_as or None,
     ).to_task_info(offer, used)
 
 

@@ -129,6 +129,13 @@ class JobRecord:
     exit_code: int | None = None
     #: Set when a user cancelled the whole job (its pending tasks are dropped at once).
     cancelled: bool = False
+    #: The Unix user its tasks run as (the spec's user; "" for a job stored before the service
+    #: ran jobs as their users: it runs as the framework's user, as it did then).
+    run_as: str = ""
+    #: Who submitted it: a login (over the Unix socket), ``token:PRINCIPAL``, ``insecure-http``.
+    submitter: str = ""
+    #: The submitter's uid, when it came over the Unix socket.
+    submit_uid: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -146,4 +153,7 @@ class JobRecord:
             "array": None if self.spec.array is None else str(self.spec.array),
             "ntasks": self.spec.ntasks,
             "dependencies": [str(d) for d in self.spec.dependencies],
+            "run_as": self.run_as,
+            "submitter": self.submitter,
+            "submit_uid": self.submit_uid,
         }

@@ -100,12 +100,22 @@ class BatchService(Scheduler):
 
     # ------------------------------------------------------------------ user requests
 
-    def submit(self, spec: JobSpec) -> tuple[JobRecord, list[TaskRecord]]:
-        """Queue a checked spec: durable in the store before this returns."""
+    def submit(
+        self, spec: JobSpec, *, submitter: str = "", submit_uid: int | None = None
+    ) -> tuple[JobRecord, list[TaskRecord]]:
+        """Queue a checked spec, to run as its user: durable in the store before this returns.
+        ``submitter`` and ``submit_uid`` record who asked (see JobRecord)."""
         now = self.clock()
-        job, tasks = self.store.add_job(spec, now)
+        job, tasks = self.store.add_job(spec, now, submitter=submitter, submit_uid=submit_uid)
         self._do(self.core.add_job(job, tasks, now))
-        log.info("batch_job_submitted", job_id=job.job_id, user=spec.user, tasks=len(tasks))
+        log.info(
+            "batch_job_submitted",
+            job_id=job.job_id,
+            user=spec.user,
+            submitter=submitter,
+            submit_uid=submit_uid,
+            tasks=len(tasks),
+        )
         return job, tasks
 
     def cancel(self, job_id: int, index: int | None) -> int:

@@ -8,7 +8,9 @@ records) is one transaction, so a crash leaves all of it or none of it. Any SQLi
 Tables: ``meta`` (small settings such as the framework id), ``jobs`` (the spec as JSON text
 plus its state; name, user and queue copied out of the spec for filtering), ``tasks`` (one
 row per array index or gang rank, keyed by ``(job_id, idx)``) and ``usage`` (fair-share usage
-per user). ``PRAGMA user_version`` holds the schema version.
+per user). ``PRAGMA user_version`` holds the schema version. Version 2 added the jobs' ``run_as``,
+``submitter`` and ``submit_uid``; a version 1 file is upgraded in place when opened (its jobs
+keep running as the service's own user, as they did).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ __all__ = ["SCHEMA_VERSION", "JobStore", "StoreError"]
 log = structlog.get_logger(__name__)
 
 #: The schema this code writes; a file with a higher ``user_version`` is refused.
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 
 _SCHEMA: Final = (
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
@@ -48,7 +50,10 @@ _SCHEMA: Final = (
         start_time REAL,
         end_time REAL,
         exit_code INTEGER,
-        cancelled INTEGER NOT NULL)""",
+        cancelled INTEGER NOT NULL,
+        run_as TEXT NOT NULL DEFAULT '',
+        submitter TEXT NOT NULL DEFAULT '',
+        submit_uid INTEGER)""",
     "CREATE INDEX jobs_state ON jobs (state)",
     "CREATE INDEX jobs_end_time ON jobs (end_time) WHERE end_time IS NOT NULL",
     """CREATE TABLE tasks (
@@ -75,6 +80,14 @@ _SCHEMA: Final = (
     "CREATE INDEX tasks_job_state ON tasks (job_id, state)",
     "CREATE TABLE usage (user TEXT PRIMARY KEY, usage REAL NOT NULL, as_of REAL NOT NULL)",
 )
+#: From each older version to the next, in order (index: the version upgraded from, minus 1).
+_UPGRADES: Final = (
+    (
+        "ALTER TABLE jobs ADD COLUMN run_as TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE jobs ADD COLUMN submitter TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE jobs ADD COLUMN submit_uid INTEGER",
+    ),
+)
 
 # A task row's columns are the TaskRecord's fields in order ("index" is "idx" in SQL): a row
 # read back is TaskRecord(*row), and a record written is _task_row(record).
@@ -82,7 +95,8 @@ _TASK_FIELDS: Final = tuple(f.name for f in dataclasses.fields(TaskRecord))
 _TASK_COLUMNS: Final = ", ".join("idx" if f == "index" else f for f in _TASK_FIELDS)
 _task_row: Final = attrgetter(*_TASK_FIELDS)  # TaskState is a str: SQLite stores its value
 _JOB_COLUMNS: Final = (
-    "job_id, spec, submit_time, state, reason, start_time, end_time, exit_code, cancelled"
+    "job_id, spec, submit_time, state, reason, start_time, end_time, exit_code, cancelled, "
+    "run_as, submitter, submit_uid"
 )
 _JOB_STATE_COLUMNS: Final = ("state", "reason", "start_time", "end_time", "exit_code", "cancelled")
 
@@ -99,7 +113,8 @@ _NEW_TASKS: Final = (
 )
 _UPSERT_JOB: Final = (
     "INSERT INTO jobs (job_id, spec, name, user, queue, submit_time, state, reason, start_time, "
-    "end_time, exit_code, cancelled) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "end_time, exit_code, cancelled, run_as, submitter, submit_uid) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (job_id) DO UPDATE SET "
     + ", ".join(f"{c} = excluded.{c}" for c in _JOB_STATE_COLUMNS)
 )
@@ -169,11 +184,22 @@ class JobStore:
 
     # ------------------------------------------------------------------ writes
 
-    def add_job(self, spec: JobSpec, submit_time: float) -> tuple[JobRecord, list[TaskRecord]]:
-        """A new job (a fresh id, never one used before) and a PENDING task per index."""
+    def add_job(
+        self,
+        spec: JobSpec,
+        submit_time: float,
+        *,
+        submitter: str = "",
+        submit_uid: int | None = None,
+    ) -> tuple[JobRecord, list[TaskRecord]]:
+        """A new job (a fresh id, never one used before) that runs as its spec's user, and a
+        PENDING task per index."""
         indices = spec.task_indices()
+        new = JobRecord(
+            0, spec, submit_time, run_as=spec.user, submitter=submitter, submit_uid=submit_uid
+        )
         with self._write():
-            row = _job_row(JobRecord(0, spec, submit_time))
+            row = _job_row(new)
             cursor = self._conn.execute(_UPSERT_JOB, (None, *row[1:]))  # None: a new id
             job_id = cursor.lastrowid
             if job_id is None:  # pragma: no cover - an INSERT always sets it
@@ -184,7 +210,8 @@ class JobStore:
             self._conn.execute(_NEW_TASKS, (job_id, *template[2:], json.dumps(indices)))
         tasks = [TaskRecord(job_id, i, submit_time=submit_time) for i in indices]
         log.debug("batch_job_stored", job_id=job_id, tasks=len(tasks))
-        return JobRecord(job_id, spec, submit_time), tasks
+        new.job_id = job_id
+        return new, tasks
 
     def save(self, jobs: Iterable[JobRecord], tasks: Iterable[TaskRecord]) -> None:
         """Upsert every record in one transaction (a job's spec is never rewritten)."""
@@ -391,10 +418,16 @@ def _prepare(conn: sqlite3.Connection, path: Path) -> None:
         return
     conn.execute("BEGIN IMMEDIATE")
     try:
-        if conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0]:
-            raise StoreError(f"{path} is an SQLite file but not an Agora job store")
-        for statement in _SCHEMA:
-            conn.execute(statement)
+        if version == 0:
+            if conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0]:
+                raise StoreError(f"{path} is an SQLite file but not an Agora job store")
+            for statement in _SCHEMA:
+                conn.execute(statement)
+        else:
+            for upgrade in _UPGRADES[version - 1 :]:
+                for statement in upgrade:
+                    conn.execute(statement)
+            log.info("batch_store_upgraded", path=str(path), old=version, new=SCHEMA_VERSION)
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     except BaseException:
         conn.rollback()
@@ -436,15 +469,30 @@ def _job_row(j: JobRecord) -> tuple[Any, ...]:
         j.end_time,
         j.exit_code,
         int(j.cancelled),
+        j.run_as,
+        j.submitter,
+        j.submit_uid,
     )
 
 
 def _job_from_row(row: tuple[Any, ...]) -> JobRecord:
-    job_id, spec_text, submit_time, state, reason, start, end, exit_code, cancelled = row
+    (job_id, spec_text, submit_time, state, reason, start, end, exit_code, cancelled,
+     run_as, submitter, submit_uid) = row  # fmt: skip
     try:
         spec = JobSpec.from_json(json.loads(spec_text))
     except ValueError as exc:  # JSONDecodeError and SpecError are ValueErrors
         raise StoreError(f"job {job_id}: its stored spec is unreadable: {exc}") from exc
     return JobRecord(
-        job_id, spec, submit_time, JobState(state), reason, start, end, exit_code, bool(cancelled)
+        job_id,
+        spec,
+        submit_time,
+        JobState(state),
+        reason,
+        start,
+        end,
+        exit_code,
+        bool(cancelled),
+        str(run_as),
+        str(submitter),
+        None if submit_uid is None else int(submit_uid),
     )

@@ -328,6 +328,13 @@ class LocalCluster:
             *("--http-port", str(http_port)),
             *("--log-level", self.log_level),
             *self._client_curve(BATCH_KEY),
+            # Over TCP it takes the masters' tokens (the user's is an operator's); local users
+            # submit through its Unix socket, $AGORA_HOME/batch.sock, each as themself.
+            *(
+                ["--http-credentials", str(self.keys.http_credentials)]
+                if self.keys is not None
+                else ["--insecure-http"]
+            ),
         ]
 
     async def _read_file(self, path: Path) -> str:

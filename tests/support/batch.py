@@ -1,4 +1,7 @@
-"""The batch service as a real process against a test cluster, and `agora batch` against it."""
+"""The batch service as a real process against a test cluster, and `agora batch` against it.
+
+The service serves TCP with a bearer token (an operator's: it may submit as any user); the kit's
+calls and its CLI carry it."""
 
 from __future__ import annotations
 
@@ -17,6 +20,8 @@ from typing import Any
 from support.polling import wait_for
 
 DEADLINE = 30.0
+#: The operator token the kit's service accepts over TCP (principal "tests").
+TOKEN = "batch-tests-operator-token-0123456789"
 
 
 @dataclass
@@ -38,10 +43,16 @@ class BatchService:
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("AGORA_")}
         env["AGORA_HOME"] = str(self.work_dir / "home")
+        env["AGORA_HTTP_TOKEN"] = TOKEN
         return env
+
+    @property
+    def credentials(self) -> Path:
+        return self.work_dir / "http-credentials.toml"
 
     def start(self) -> BatchService:
         self.url_file.unlink(missing_ok=True)
+        self.credentials.write_text(f'tests = "{TOKEN}"\n', encoding="utf-8")
         self.starts += 1
         log = open(self.work_dir / f"batch-{self.starts}.log", "wb")  # noqa: SIM115
         with log:
@@ -53,6 +64,7 @@ class BatchService:
                     *("--work-dir", str(self.work_dir / "store")),
                     *("--endpoint-file", str(self.url_file)),
                     *("--retry-backoff", "0.2", "--log-format", "json"),
+                    *("--http-credentials", str(self.credentials)),
                     *self.args,
                 ],
                 stdout=log,
@@ -97,6 +109,7 @@ class BatchService:
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(self.url + path, data=data, method=method)
         request.add_header("Content-Type", "application/json")
+        request.add_header("Authorization", f"Bearer {TOKEN}")
         try:
             with urllib.request.urlopen(request, timeout=10) as reply:
                 return reply.status, json.loads(reply.read())

@@ -9,12 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from agora.frameworks.batch.api import ClusterView, make_app
+from agora.frameworks.batch.api_auth import ApiAuth
 from agora.frameworks.batch.core import BatchCore, CoreConfig
 from agora.frameworks.batch.service import BatchService
 from agora.frameworks.batch.store import JobStore
 from aiohttp.test_utils import TestClient, TestServer
 
 SPEC = {"name": "j", "user": "u", "command": "true"}
+#: Served without tokens: these tests are about what the API checks after the caller.
+OPEN = ApiAuth(insecure_http=True)
 
 Scenario = Callable[[TestClient[Any, Any], BatchService], Awaitable[None]]
 
@@ -23,7 +26,7 @@ def run(tmp_path: Path, scenario: Scenario) -> None:
     async def main() -> None:
         store = JobStore.open(tmp_path / "jobs.sqlite")
         service = BatchService(BatchCore(CoreConfig()), store)
-        client = TestClient(TestServer(make_app(service, ClusterView(None), ("*",))))
+        client = TestClient(TestServer(make_app(service, ClusterView(None), ("*",), auth=OPEN)))
         await client.start_server()
         try:
             await scenario(client, service)

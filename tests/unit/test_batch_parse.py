@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import getpass
+import os
+import pwd
 import shlex
 
 import pytest
@@ -236,7 +237,7 @@ def test_build_spec_defaults() -> None:
     spec = build_spec(options(), command_words=["/usr/bin/echo", "hi"])
     assert (spec.name, spec.user, spec.cpus, spec.mem, spec.queue) == (
         "echo",
-        getpass.getuser(),
+        pwd.getpwuid(os.geteuid()).pw_name,
         1.0,
         128.0,
         "default",

@@ -112,7 +112,7 @@ def test_every_field_of_both_records_round_trips_through_a_reopen(tmp_path: Path
 
 def test_add_job_returns_the_records_as_stored(store: JobStore) -> None:
     job, tasks = store.add_job(array(5), 50.0)
-    assert job == JobRecord(job.job_id, array(5), 50.0)
+    assert job == JobRecord(job.job_id, array(5), 50.0, run_as="alice")
     assert store.job(job.job_id) == job
     assert tasks == [TaskRecord(job.job_id, i, submit_time=50.0) for i in range(5)]
     assert store.tasks_of(job.job_id) == tasks

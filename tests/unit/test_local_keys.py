@@ -94,6 +94,10 @@ def test_every_daemon_gets_its_own_identity(tmp_path: Path) -> None:
     assert agent[agent.index("--curve-server-key") + 1] == str(keys.public("master"))
     batch = cluster._batch_argv(tmp_path / "url", "tcp://127.0.0.1:1")
     assert batch[batch.index("--curve-secret-key") + 1] == str(keys.secret("batch"))
+    assert batch[batch.index("--http-credentials") + 1] == str(keys.http_credentials)
+    assert "--insecure-http" in LocalCluster(tmp_path / "w3", 1, batch=True)._batch_argv(
+        tmp_path / "url", "tcp://127.0.0.1:1"
+    )
     client = cluster.client_curve()
     assert (
         client is not None
