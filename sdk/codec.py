@@ -1,4 +1,4 @@
-"""msgpack framing of ``agora.sdk.messages``; the only module that imports msgpack.
+"""MessagePack framing of ``agora.sdk.messages``.
 
 A frame is the msgpack array ``[name, version, epoch, body]``: the message's NAME and VERSION, the
 sender's master epoch (0 when the sender is not a master) and a map of the message's fields. Nested
@@ -8,6 +8,12 @@ form and ACCEPT operations maps with a ``"type"`` key ("LAUNCH", "LAUNCH_GROUP",
 Encoders and decoders are compiled per class at import time from the record schemas. Both directions
 check types and bounds; :func:`decode` raises only :class:`ProtocolError`, whose message names the
 dotted path of the bad value ("SUBSCRIBE.framework_info.roles[2]: expected str, got int").
+
+A frame is decoded by msgspec, in C, straight into the records (:mod:`agora.sdk._codec_fast`, the
+same schemas as ``msgspec.Meta`` bounds); one msgspec rejects is decoded again by the Python
+converters below, the reference, which name what is wrong. Those run on msgpack (tuples for arrays,
+its length limits against hostile headers): the only use of msgpack left. Encoding checks the record
+with the Python converters (they name a caller's bad field) and packs the result with msgspec.
 
 Decoding ignores fields a record does not know, and every field added to a record after its first
 release has a default: a peer one version ahead or behind can talk to this one (rolling upgrades).
@@ -24,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 import msgpack
+from agora.sdk._codec_fast import ENVELOPE, PACK, body_decoder
 from agora.sdk.errors import ProtocolError
 from agora.sdk.messages import MESSAGE_TYPES, Message, Range, Record
 from agora.sdk.messages._schema import (
@@ -84,7 +91,7 @@ def encode(message: Message, *, epoch: int = 0) -> bytes:
     except _Bad as bad:
         raise bad.error(name) from None
     try:
-        frame: bytes = msgpack.packb((name, version, epoch, body), use_bin_type=True)
+        frame = PACK((name, version, epoch, body))
     except (ValueError, TypeError, OverflowError) as exc:  # e.g. a str with lone surrogates
         raise ProtocolError(f"{name}: cannot be packed: {_clip(str(exc))}") from None
     if len(frame) > MAX_FRAME_BYTES:
@@ -105,6 +112,17 @@ def decode(
     limit = min(max_frame_bytes, MAX_FRAME_BYTES)
     if size > limit:
         raise ProtocolError(_oversized(size, limit))
+    try:  # the fast path: msgspec, in C; what it rejects, the reference decoder below explains
+        name, version, epoch, raw = ENVELOPE.decode(frame)
+        cls = MESSAGE_TYPES[name]
+        if 1 <= version <= cls.VERSION and 0 <= epoch <= MAX_EPOCH:
+            return Envelope(body_decoder(cls).decode(raw), epoch)
+    except Exception:  # any failure: decode again, slowly, to say what is wrong
+        pass
+    return _decode_slowly(frame)
+
+
+def _decode_slowly(frame: bytes | bytearray | memoryview) -> Envelope:
     try:
         obj = msgpack.unpackb(frame, **_UNPACK_LIMITS)
     except msgpack.ExtraData as exc:
@@ -346,7 +364,7 @@ def _enc_resources(_: ResourcesKind) -> Conv:
     def enc(v: Any) -> Any:
         if not isinstance(v, Resources):
             raise _expected("Resources", v)
-        return v.to_dict()
+        return v.json_view()  # made once per value; msgpack only reads it
 
     return enc
 
@@ -599,7 +617,7 @@ def pack_record(record: Record) -> bytes:
     except _Bad as bad:
         raise bad.error(name) from None
     try:
-        data: bytes = msgpack.packb(body, use_bin_type=True)
+        data = PACK(body)
     except (ValueError, TypeError, OverflowError) as exc:
         raise ProtocolError(f"{name}: cannot be packed: {_clip(str(exc))}") from None
     return data
@@ -610,6 +628,12 @@ def unpack_record(cls: type[R], data: bytes | bytearray | memoryview) -> R:
     :class:`ProtocolError` (naming the bad field), and nothing else, for bad input."""
     name = cls.__qualname__
     _enc, dec, limits = _record_codec(cls)
+    try:  # the fast path, as in decode()
+        fast = body_decoder(cls).decode(data)
+        if isinstance(fast, cls):
+            return fast
+    except Exception:  # the reference decoder below says what is wrong
+        pass
     try:
         obj = msgpack.unpackb(data, **limits)
     except msgpack.ExtraData as exc:

@@ -1,0 +1,100 @@
+"""The codec's msgspec fast path agrees with its reference decoder.
+
+``decode`` tries msgspec first and hands whatever msgspec rejects to the Python decoder, which
+names the bad field; the error tests of test_codec.py cannot tell the two apart. These tests pin
+that valid frames really take the fast path (and come out equal, with the declared types), and,
+differentially, that the fast path never accepts a frame the reference decoder rejects.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+from agora.sdk import codec
+from agora.sdk._codec_fast import ENVELOPE, body_decoder
+from agora.sdk.errors import ProtocolError
+from agora.sdk.ids import AgentID, FrameworkID, OfferID
+from agora.sdk.messages import MESSAGE_TYPES, Message, Offer, Offers
+from agora.sdk.resources import Resources
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from support.strategies import ANY_MESSAGE
+from test_codec_props import WIRE_VALUES
+
+
+def _fast(frame: bytes) -> Message:
+    name, _version, _epoch, raw = ENVELOPE.decode(frame)
+    message: Message = body_decoder(MESSAGE_TYPES[name]).decode(raw)
+    return message
+
+
+def _same_types(a: object, b: object) -> None:
+    """``a`` and ``b`` are equal down to the types of their parts (ids stay ids)."""
+    assert type(a) is type(b), (a, b)
+    if isinstance(a, tuple):
+        assert isinstance(b, tuple)
+        for x, y in zip(a, b, strict=True):
+            _same_types(x, y)
+    elif hasattr(a, "__dataclass_fields__"):
+        for name in a.__dataclass_fields__:
+            _same_types(getattr(a, name), getattr(b, name))
+    else:
+        assert a == b
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ANY_MESSAGE)
+def test_valid_frames_take_the_fast_path(message: Message) -> None:
+    _same_types(_fast(codec.encode(message)), message)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ANY_MESSAGE, WIRE_VALUES, st.data())
+def test_the_fast_path_accepts_nothing_the_reference_rejects(
+    message: Message, value: object, data: st.DataObject
+) -> None:
+    name, version, epoch, body = msgpack.unpackb(codec.encode(message), raw=False)
+    target: Any = body
+    while True:  # replace one value somewhere in the body, as test_codec_props does
+        keys = list(target) if isinstance(target, dict) else list(range(len(target)))
+        if not keys:
+            break
+        key = data.draw(st.sampled_from(keys))
+        if isinstance(target[key], dict | list) and data.draw(st.booleans()):
+            target = target[key]
+            continue
+        target[key] = value
+        break
+    frame = msgpack.packb([name, version, epoch, body], use_bin_type=True)
+    try:
+        fast = _fast(frame)
+    except Exception:
+        return  # the reference decoder explains it (test_codec_props: only ProtocolError)
+    try:
+        reference = codec._decode_slowly(frame).message
+    except ProtocolError as err:
+        raise AssertionError(f"fast path accepted what the reference rejects: {err}") from None
+    _same_types(fast, reference)
+
+
+def test_repeated_resources_are_parsed_once_and_shared() -> None:
+    res = Resources.parse("cpus:8;mem:16384;ports:[31000-32000]")
+    offers = Offers(
+        offers=tuple(
+            Offer(
+                offer_id=OfferID(f"o{i}"),
+                framework_id=FrameworkID("f"),
+                agent_id=AgentID(f"a{i}"),
+                hostname="h",
+                role="*",
+                resources=res,
+            )
+            for i in range(3)
+        )
+    )
+    got = codec.decode(codec.encode(offers)).message
+    assert isinstance(got, Offers)
+    first = got.offers[0].resources
+    assert first == res
+    assert all(o.resources is first for o in got.offers)
