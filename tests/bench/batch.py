@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pwd
 import sqlite3
 import sys
 import tempfile
@@ -89,7 +90,7 @@ def main() -> int:
             try:
                 spec = {
                     "name": "bench",
-                    "user": "bench",
+                    "user": pwd.getpwuid(os.geteuid()).pw_name,  # a job runs as its user
                     "command": "true",
                     "cpus": 0.01,
                     "mem": 1,
