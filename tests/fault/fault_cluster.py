@@ -2,8 +2,10 @@
 (hosts 0-2), 2 agent hosts with 2 agents each (hosts 3, 4) and a framework host (5) running the
 workload frameworks (``tests/fault/workload.py``).
 
-Every process writes its own JSONL history under ``<root>/history`` and its output under
-``<root>/logs``; each host has its own address, so every port is fixed. :class:`FaultCluster` is
+Every link runs CURVE: :class:`~fault.fault_keys.FaultKeys` makes the run's keys under
+``<root>/keys`` (``curve=False``: every process runs ``--insecure`` instead). Every process writes
+its own JSONL history under ``<root>/history`` and its output under ``<root>/logs``; each host has
+its own address, so every port is fixed. :class:`FaultCluster` is
 the nemesis' :class:`~fault.nemesis.Cluster`: it finds the leader from the masters' histories
 and kills, restarts, pauses and resumes masters by index.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+from fault.fault_keys import OPERATOR_KEY, FaultKeys
 
 log = structlog.get_logger(__name__)
 
@@ -29,7 +33,13 @@ PORT = 5050
 MASTER_HOSTS: tuple[int, ...] = (0, 1, 2)
 AGENT_HOSTS: tuple[int, ...] = (3, 4)
 AGENTS_PER_HOST = 2
+#: (host, name) of every agent.
+AGENTS: tuple[tuple[int, str], ...] = tuple(
+    (host, f"agent-{host}-{k}") for host in AGENT_HOSTS for k in range(AGENTS_PER_HOST)
+)
 FRAMEWORK_HOST = 5
+#: The clients that get a key: the workload frameworks and `agora run` (by their names).
+CLIENTS: tuple[str, ...] = ("fw1", "fw2", "run")
 HOSTS = 6
 ELECTION_TIMEOUT = 1.0
 
@@ -59,8 +69,7 @@ AGENT_ARGS: tuple[str, ...] = (
     "--resources",
     "cpus:4;mem:2048;ports:[31000-31100]",
     "--http-port",
-    "0",  # agora run reads output a failover lost from the sandbox through it
-    "--insecure-http",  # as the rig's masters run --insecure: no keys, no tokens
+    "0",  # agora run reads output a failover lost from the sandbox through it (with its token)
     "--isolation",
     "posix",
     "--master-timeout",
@@ -80,10 +89,12 @@ AGENT_ARGS: tuple[str, ...] = (
 # Runs on the framework host: asks every master DETECT_LEADER through a MasterLink and prints the
 # endpoint of the master that says it leads (empty when none answers within the timeout).
 _PROBE = """
-import asyncio, sys
-from agora.sdk.transport import MasterLink
+import asyncio, os, sys
+from agora.sdk.transport import CurveClient, MasterLink
 async def main():
-    link = MasterLink.connect(sys.argv[1].split(","), search_interval=0.1)
+    keys = [os.environ.get(k) for k in ("AGORA_CURVE_SECRET_KEY", "AGORA_CURVE_SERVER_KEY")]
+    curve = CurveClient(*keys) if all(keys) else None
+    link = MasterLink.connect(sys.argv[1].split(","), curve=curve, search_interval=0.1)
     deadline = asyncio.get_running_loop().time() + float(sys.argv[2])
     try:
         while link.leader is None and asyncio.get_running_loop().time() < deadline:
@@ -116,19 +127,24 @@ def leader_in_history(path: Path) -> int | None:
 
 @dataclass
 class FaultCluster:
-    """The processes of one scenario; ``rig`` is a ``deploy/rig.py`` ``Rig``."""
+    """The processes of one scenario; ``rig`` is a ``deploy/rig.py`` ``Rig``. With ``curve`` (the
+    default) every process has its key from ``keys``; without, every one runs ``--insecure``."""
 
     rig: Any
     root: Path
+    curve: bool = True
+    keys: FaultKeys | None = field(default=None, init=False)
     masters: list[subprocess.Popen[bytes] | None] = field(default_factory=list)
     agents: list[subprocess.Popen[bytes]] = field(default_factory=list)
     workloads: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     paused: set[int] = field(default_factory=set)
 
     def __post_init__(self) -> None:
-        for sub in ("history", "logs", "work"):
+        for sub in ("history", "logs", "work", "home"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         self.masters = [None] * len(MASTER_HOSTS)
+        if self.curve:
+            self.keys = FaultKeys.create(self.root / "keys", [n for _, n in AGENTS], CLIENTS)
 
     # ----------------------------------------------------------------- layout
 
@@ -142,9 +158,23 @@ class FaultCluster:
     def history_files(self) -> list[Path]:
         return sorted((self.root / "history").glob("*.jsonl"))
 
-    def _spawn(self, host: int, name: str, argv: Sequence[str]) -> subprocess.Popen[bytes]:
+    def _env(self, client: str | None = None) -> dict[str, str]:
+        """A process's environment: none of the caller's ``AGORA_*`` settings (keys, tokens,
+        ``AGORA_INSECURE``), an empty ``AGORA_HOME`` (so nothing is found in the caller's), and
+        for a ``client`` its keys and token (or ``AGORA_INSECURE=1`` without CURVE)."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AGORA_")}
+        env["AGORA_LOG_LEVEL"] = os.environ.get("AGORA_TEST_LOG_LEVEL", "info")
+        env["AGORA_HOME"] = str(self.root / "home")
+        if client is not None:
+            env.update(self.keys.client_env(client) if self.keys else {"AGORA_INSECURE": "1"})
+        return env
+
+    def _spawn(
+        self, host: int, name: str, argv: Sequence[str], client: str | None = None
+    ) -> subprocess.Popen[bytes]:
+        """Start ``argv`` (python's) on ``host``; ``client``: the key it runs with (a client's)."""
         out = open(self.root / "logs" / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it
-        env = dict(os.environ, AGORA_LOG_LEVEL=os.environ.get("AGORA_TEST_LOG_LEVEL", "info"))
+        env = self._env(client)
         try:
             proc: subprocess.Popen[bytes] = self.rig.popen(
                 host, [sys.executable, *argv], stdout=out, stderr=subprocess.STDOUT, env=env
@@ -169,7 +199,7 @@ class FaultCluster:
                 ",".join(self.endpoints),
                 "--advertise",
                 endpoint,
-                "--insecure",  # an election group without CURVE: on purpose, here
+                *(self.keys.master_flags() if self.keys else ["--insecure"]),
                 "--work-dir",
                 str(self.root / "work" / f"master-{i}"),
                 "--history",
@@ -179,26 +209,45 @@ class FaultCluster:
         )
 
     def start_agents(self) -> None:
-        for host in AGENT_HOSTS:
-            for k in range(AGENTS_PER_HOST):
-                name = f"agent-{host}-{k}"
-                argv = [
-                    "-m",
-                    "agora.agent.server",
-                    "--master",
-                    ",".join(self.endpoints),
-                    "--work-dir",
-                    str(self.root / "work" / name),
-                    "--hostname",
-                    name,
-                    "--history",
-                    str(self.history(name)),
-                    "--http-bind",
-                    self.rig.hosts[host].address,
-                    "--allow-root-tasks",  # the suite's tasks name no user and it runs as root
-                    *AGENT_ARGS,
-                ]
-                self.agents.append(self._spawn(host, name, argv))
+        for host, name in AGENTS:
+            self.agents.append(self._start_agent(host, name))
+
+    def _start_agent(self, host: int, name: str) -> subprocess.Popen[bytes]:
+        argv = [
+            "-m",
+            "agora.agent.server",
+            "--master",
+            ",".join(self.endpoints),
+            "--work-dir",
+            str(self.root / "work" / name),
+            "--hostname",
+            name,
+            "--history",
+            str(self.history(name)),
+            "--http-bind",
+            self.rig.hosts[host].address,
+            "--allow-root-tasks",  # the suite's tasks name no user and it runs as root
+            *(self.keys.agent_flags(name) if self.keys else ["--insecure"]),
+            *AGENT_ARGS,
+        ]
+        return self._spawn(host, name, argv)
+
+    def restart_agent(self, k: int, timeout: float = 15.0) -> None:
+        """SIGTERM agent ``k`` (it leaves its executors running, checkpointed) and start it again
+        on its work dir, where it recovers and re-adopts them. RuntimeError if it exits non-zero."""
+        proc = self.agents[k]
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout)
+        if code != 0:
+            raise RuntimeError(f"{AGENTS[k][1]} exited {code} on SIGTERM")
+        self.agents[k] = self._start_agent(*AGENTS[k])
+
+    def recoveries(self) -> dict[str, int]:
+        """Agent id -> how many executors its last recovery found alive and adopted (from the
+        agents' ``agent_recovered`` log lines; an agent that never recovered is not there)."""
+        pattern = re.compile(r"agent_recovered\b.*\bagent_id=(\S+).*\bexecutors_alive=(\d+)")
+        logs = (self.logs(name, tail=100_000) for _, name in AGENTS)
+        return {m[1]: int(m[2]) for text in logs for m in pattern.finditer(text)}
 
     @property
     def kill_trigger(self) -> Path:
@@ -250,13 +299,13 @@ class FaultCluster:
             "2",
             *extra,
         ]
-        self.workloads[name] = self._spawn(FRAMEWORK_HOST, name, argv)
+        self.workloads[name] = self._spawn(FRAMEWORK_HOST, name, argv, client=name)
 
     def start_run(self, name: str, *command: str) -> None:
         """``agora run -- COMMAND`` from the framework host (failover timeout 0, the default)."""
         argv = ["-m", "agora.sdk.cli", "run", "--master", ",".join(self.endpoints)]
         argv += ["--name", name, "--timeout", "60", "--", *command]
-        self.workloads[name] = self._spawn(FRAMEWORK_HOST, name, argv)
+        self.workloads[name] = self._spawn(FRAMEWORK_HOST, name, argv, client=name)
 
     def start(self) -> None:
         for i in range(len(MASTER_HOSTS)):
@@ -306,7 +355,8 @@ class FaultCluster:
         argv = self.rig.command(
             FRAMEWORK_HOST, [sys.executable, "-c", _PROBE, ",".join(self.endpoints), str(timeout)]
         )
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout + 10)
+        env = self._env(OPERATOR_KEY)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout + 10, env=env)
         lines = done.stdout.strip().splitlines()  # the SDK logs to stdout before the answer
         words = lines[-1].split() if lines else []
         if done.returncode != 0 or len(words) != 2:

@@ -4,13 +4,15 @@ partitions the leader, kills the whole group, or drops packets on its links. Aft
 workloads must finish, a leader must exist, and the histories of every process must satisfy I1-I8
 and K1 (every kill answered; tests/support/history_checker.py). Some scenarios also run a
 framework with the default failover timeout (0) and `agora run` through leader kills, and kill
-tasks with a TERM trap during a failover: the trap's clean-up must complete. See
+tasks with a TERM trap during a failover: the trap's clean-up must complete. Every link runs
+CURVE with keys made for the run (AGORA_FAULT_INSECURE=1: every process runs --insecure). See
 tests/fault/README.md to run one scenario by hand."""
 
 from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 import threading
 import uuid
@@ -21,7 +23,7 @@ from types import ModuleType
 
 import pytest
 from agora.sdk.history import History
-from fault.fault_cluster import AGENT_HOSTS, FRAMEWORK_HOST, MASTER_HOSTS, FaultCluster
+from fault.fault_cluster import AGENT_HOSTS, AGENTS, FRAMEWORK_HOST, MASTER_HOSTS, FaultCluster
 from fault.nemesis import Nemesis, Step, plan
 from support.history_checker import check, load
 from support.polling import wait_for
@@ -30,6 +32,8 @@ LIVENESS_S = 8.0
 #: The workloads keep launching this long after the nemesis' last step has settled.
 WORKLOAD_TAIL_S = 4.0
 WORKLOADS = ("fw1", "fw2")
+#: Set to 1 to run the suite without CURVE (every process --insecure), to compare.
+INSECURE = os.environ.get("AGORA_FAULT_INSECURE", "") == "1"
 
 
 def _load_rig() -> ModuleType:
@@ -86,7 +90,7 @@ def cluster(tmp_path: Path) -> Iterator[FaultCluster]:
         len(MASTER_HOSTS) + len(AGENT_HOSTS) + 1, name=f"f{uuid.uuid4().hex[:8]}"
     )
     try:
-        fc = FaultCluster(rig, tmp_path)
+        fc = FaultCluster(rig, tmp_path, curve=not INSECURE)
         try:
             yield fc
         finally:
@@ -192,3 +196,35 @@ def test_faults_keep_invariants(name: str, cluster: FaultCluster) -> None:
     assert leader[0] in fc.endpoints
     launched = sum(1 for e in events if e["kind"] == "launch")
     assert launched > 0, "no task was launched"
+
+
+def test_restarted_agents_readopt_their_executors(cluster: FaultCluster) -> None:
+    """Every agent is restarted (SIGTERM, then started again on its work dir) while fw1's trap
+    tasks and its short tasks run: each re-registers with its own key, re-adopts the executors
+    still running, and a kill sent afterwards reaches the trap tasks through them."""
+    fc = cluster
+    fc.start()
+    wait_for(lambda: fc.leader() is not None, 15, "a first leader")
+    agents = [name for _, name in AGENTS]
+    wait_for(lambda: _started(fc, "total", agents), 15, "every agent to register")
+    fc.start_workload("fw1", seconds=15, seed=5, trap_tasks=4)
+    traps = [f"fw1-trap-{k}" for k in range(4)]
+    wait_for(lambda: _running(fc, "fw1", traps), 15, "fw1's trap tasks RUNNING")
+    hosts = {str(e["agent"]) for e in _received(fc, "fw1") if e["task"] in traps}
+    for k in range(len(AGENTS)):
+        fc.restart_agent(k)
+    wait_for(lambda: len(fc.recoveries()) == len(AGENTS), 20, "every agent to recover")
+    adopted = fc.recoveries()
+    assert all(adopted[agent] >= 1 for agent in hosts), f"traps on {hosts}, adopted {adopted}"
+    fc.kill_trigger.touch()  # the kills reach the trap tasks through the adopted executors
+    codes = fc.wait_workloads(timeout=15 + 20 + 15)
+    fc.stop()
+
+    events = load(fc.history_files())
+    violations = check(events, liveness_s=LIVENESS_S)
+    summary = fc.logs("fw1", tail=1)
+    assert not violations, "\n".join(f"{v.invariant}: {v.message}" for v in violations)
+    assert codes == {"fw1": 0}, summary
+    for task in traps:
+        assert _last_state(events, "fw1", task) == "KILLED", f"{task}: {summary}"
+        assert (fc.markers / f"{task}.cleaned").exists(), f"{task}'s TERM trap did not finish"

@@ -19,6 +19,10 @@ takes half a second to write ``<marker dir>/<task>.cleaned`` and exit; once the 
 reconciliation until each has ended. ``--failover-timeout`` sets the framework's (0 is the SDK's and
 Mesos's default: removal as soon as it disconnects from a leader it subscribed with).
 
+With CURVE on, it connects with ``--curve-secret-key`` and ``--curve-server-key`` (by default
+``$AGORA_CURVE_SECRET_KEY`` and ``$AGORA_CURVE_SERVER_KEY``, as the ``agora`` CLI), else with the
+keys the SDK finds itself (``$AGORA_HOME/keys``).
+
 It stops launching when N tasks are launched or S seconds have passed, then waits up to
 ``--drain`` seconds for its tasks to end. All ended: it makes sure its last acknowledgements
 reached the master (an explicit reconciliation is answered after them) and leaves with failover,
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import shlex
 import sys
@@ -45,6 +50,7 @@ from agora.sdk.history import History
 from agora.sdk.messages import FrameworkInfo, MasterInfo, Offer, TaskStatus, is_terminal
 from agora.sdk.resources import Resources
 from agora.sdk.scheduler import BlockingSchedulerDriver, DriverError, Scheduler, TaskSpec
+from agora.sdk.transport import CurveClient
 
 log = structlog.get_logger(__name__)
 
@@ -231,6 +237,15 @@ def _wait(
     return True
 
 
+def _curve(args: argparse.Namespace) -> CurveClient | None:
+    """The keys given (both or neither), loaded; None: the driver looks for its own."""
+    if bool(args.curve_secret_key) != bool(args.curve_server_key):
+        raise SystemExit("give both --curve-secret-key and --curve-server-key, or neither")
+    if not args.curve_secret_key:
+        return None
+    return CurveClient(args.curve_secret_key, args.curve_server_key)
+
+
 def run(args: argparse.Namespace) -> int:
     history = History(args.history, args.name)
     shape = Resources.parse(f"cpus:{args.cpus};mem:{args.mem}")
@@ -245,6 +260,7 @@ def run(args: argparse.Namespace) -> int:
         args.master,
         implicit_acknowledgements=False,
         heartbeat_interval=1.0,
+        curve=_curve(args),
     )
     began = time.monotonic()
     status, how = 0, "failover"
@@ -304,6 +320,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--trap-tasks", type=int, default=0, help="long tasks with a TERM trap")
     p.add_argument("--marker-dir", type=Path, default=None, help="where their traps write")
     p.add_argument("--kill-trigger", type=Path, default=None, help="kill them once this exists")
+    p.add_argument(
+        "--curve-secret-key",
+        default=os.environ.get("AGORA_CURVE_SECRET_KEY") or None,
+        help="this framework's CURVE secret key file (default: $AGORA_CURVE_SECRET_KEY)",
+    )
+    p.add_argument(
+        "--curve-server-key",
+        default=os.environ.get("AGORA_CURVE_SERVER_KEY") or None,
+        help="the masters' CURVE public key file (default: $AGORA_CURVE_SERVER_KEY)",
+    )
     return p.parse_args(argv)
 
 
