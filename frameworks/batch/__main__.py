@@ -214,19 +214,19 @@ async def _serve_unix(runner: web.AppRunner, settings: ServiceSettings) -> tuple
     if path is None:
         return None, 0
     path = path.absolute()
-    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
-        if settings.unix_socket_explicit:
-            raise SocketInUse(f"--unix-socket {path}: longer than a Unix socket path can be")
-        log.warning(
-            "batch_unix_socket_skipped",
-            path=str(path),
-            reason="the path is too long for a Unix socket; give --unix-socket",
-        )
-        return None, 0
     try:
-        return path, await start_unix(runner, path)
-    except OSError as exc:
-        raise SocketInUse(f"cannot serve the Unix socket {path}: {exc}") from None
+        if len(os.fsencode(path)) > MAX_SOCKET_PATH:
+            raise SocketInUse(f"{path} is longer than a Unix socket path can be")
+        try:
+            return path, await start_unix(runner, path)
+        except OSError as exc:
+            raise SocketInUse(f"cannot serve the Unix socket {path}: {exc}") from None
+    except SocketInUse as exc:
+        if settings.unix_socket_explicit:
+            raise
+        # The default path (another service on this $AGORA_HOME, say): serve TCP alone.
+        log.warning("batch_unix_socket_skipped", path=str(path), reason=str(exc))
+        return None, 0
 
 
 def _log_http_policy(auth: ApiAuth) -> None:
