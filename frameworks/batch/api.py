@@ -27,6 +27,7 @@ from agora.frameworks.batch.spec import JobSpec, SpecError
 from agora.sdk.httpd import HttpError, json_errors
 from agora.sdk.messages import AgentSummary
 from agora.sdk.operator import OperatorClient
+from agora.sdk.ratelimit import KeyedLogLimiter
 from agora.sdk.scheduler.spec import fit_resources
 from aiohttp import web
 
@@ -103,20 +104,22 @@ def make_app(
 ) -> web.Application:
     """The API; ``auth`` says whom its TCP listener serves (its Unix socket serves everyone,
     each as the Unix user they are)."""
+    limiter = KeyedLogLimiter()  # refusals: a few lines a second per caller
     app = web.Application(
-        middlewares=[json_errors, auth_middleware(auth)], client_max_size=MAX_BODY
+        middlewares=[json_errors, auth_middleware(auth, limiter)], client_max_size=MAX_BODY
     )
     store = service.store
 
     def refuse(caller: Caller, problem: str, **what: Any) -> HttpError:
-        log.warning(
-            "batch_request_refused",
-            caller=caller.describe(),
-            uid=caller.uid,
-            principal=caller.principal,
-            reason=problem,
-            **what,
-        )
+        if limiter.allow(caller.describe(), time.monotonic()):
+            log.warning(
+                "batch_request_refused",
+                caller=caller.describe(),
+                uid=caller.uid,
+                principal=caller.principal,
+                reason=problem,
+                **what,
+            )
         return HttpError(403, problem)
 
     def check_access(caller: Caller, found: JobRecord, action: str) -> None:

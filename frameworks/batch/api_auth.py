@@ -27,6 +27,7 @@ from typing import Any, Final
 import structlog
 from agora.frameworks.batch.access import Caller
 from agora.sdk.http_auth import HttpCredentials, bearer_principal
+from agora.sdk.ratelimit import KeyedLogLimiter
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
@@ -49,8 +50,6 @@ CALLER: Final = web.RequestKey("agora.batch.caller", Caller)
 OPEN_PATHS: Final = frozenset({"/health"})
 _CHALLENGE: Final = {"WWW-Authenticate": 'Bearer realm="agora-batch"'}
 _UCRED: Final = struct.Struct("3i")  # pid, uid, gid
-#: Refusals logged per peer and second, at most (a flood must not flood the log).
-_LOG_EVERY: Final = 0.2
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -85,9 +84,10 @@ def peer_caller(sock: Any) -> Caller:
     return Caller.local_user(uid, login)
 
 
-def auth_middleware(auth: ApiAuth) -> Middleware:
-    """Identify every request's caller (see the module's text), or refuse it."""
-    last_logged: dict[str, float] = {}
+def auth_middleware(auth: ApiAuth, limiter: KeyedLogLimiter | None = None) -> Middleware:
+    """Identify every request's caller (see the module's text), or refuse it. Refusals are
+    logged through ``limiter``: a few lines a second per peer (a flood must not flood the log)."""
+    limiter = limiter or KeyedLogLimiter()
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -126,11 +126,7 @@ def auth_middleware(auth: ApiAuth) -> Middleware:
         request: web.Request, status: int, text: str, peer: str | None = None
     ) -> web.StreamResponse:
         who = peer or request.remote or "?"
-        now = time.monotonic()
-        if now - last_logged.get(who, -_LOG_EVERY) >= _LOG_EVERY:
-            if len(last_logged) > 4096:
-                last_logged.clear()
-            last_logged[who] = now
+        if limiter.allow(who, time.monotonic()):
             log.warning(
                 "batch_http_refused", status=status, path=request.path, peer=who, reason=text
             )

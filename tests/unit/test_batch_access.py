@@ -218,3 +218,16 @@ def test_without_credentials_tcp_serves_only_health(tmp_path: Path) -> None:
         assert "Unix socket" in (await reply.json())["error"]
 
     _api(tmp_path, ApiAuth(), scenario)
+
+
+def test_a_flood_of_refused_requests_logs_a_few_lines(tmp_path: Path) -> None:
+    from structlog.testing import capture_logs
+
+    async def scenario(client: TestClient[Any, Any], store: JobStore) -> None:
+        for _ in range(100):
+            assert (await client.get("/jobs")).status == 401
+
+    with capture_logs() as logs:
+        _api(tmp_path, ApiAuth(), scenario)
+    refused = [e for e in logs if e["event"] == "batch_http_refused"]
+    assert 1 <= len(refused) <= 10, len(refused)  # a burst of 3, then 3 a second
