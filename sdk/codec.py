@@ -12,8 +12,9 @@ dotted path of the bad value ("SUBSCRIBE.framework_info.roles[2]: expected str, 
 A frame is decoded by msgspec, in C, straight into the records (:mod:`agora.sdk._codec_fast`, the
 same schemas as ``msgspec.Meta`` bounds); one msgspec rejects is decoded again by the Python
 converters below, the reference, which name what is wrong. Those run on msgpack (tuples for arrays,
-its length limits against hostile headers): the only use of msgpack left. Encoding checks the record
-with the Python converters (they name a caller's bad field) and packs the result with msgspec.
+its length limits against hostile headers): the only use of msgpack left. Encoding likewise runs a
+function generated per record class (:mod:`agora.sdk._codec_fast_enc`: checks and map built inline)
+and, when that one is unsure, the Python converters, which name a caller's bad field; msgspec packs.
 
 Decoding ignores fields a record does not know, and every field added to a record after its first
 release has a default: a peer one version ahead or behind can talk to this one (rolling upgrades).
@@ -31,6 +32,7 @@ from typing import Any, Final, TypeVar
 
 import msgpack
 from agora.sdk._codec_fast import ENVELOPE, PACK, body_decoder
+from agora.sdk._codec_fast_enc import record_encoder
 from agora.sdk.errors import ProtocolError
 from agora.sdk.messages import MESSAGE_TYPES, Message, Range, Record
 from agora.sdk.messages._schema import (
@@ -86,10 +88,12 @@ def encode(message: Message, *, epoch: int = 0) -> bytes:
     name, version, enc = entry
     if type(epoch) is not int or not 0 <= epoch <= MAX_EPOCH:
         raise ProtocolError(f"{name}: epoch must be an int in [0, 2**63 - 1], got {epoch!r}")
-    try:
-        body = enc(message)
-    except _Bad as bad:
-        raise bad.error(name) from None
+    body = _fast_body(message)
+    if body is None:  # the reference encoder names what is wrong (or, if nothing, encodes it)
+        try:
+            body = enc(message)
+        except _Bad as bad:
+            raise bad.error(name) from None
     try:
         frame = PACK((name, version, epoch, body))
     except (ValueError, TypeError, OverflowError) as exc:  # e.g. a str with lone surrogates
@@ -97,6 +101,20 @@ def encode(message: Message, *, epoch: int = 0) -> bytes:
     if len(frame) > MAX_FRAME_BYTES:
         raise ProtocolError(_oversized(len(frame), MAX_FRAME_BYTES))
     return frame
+
+
+_FAST_ENCODERS: Final[dict[type, Callable[[Any], dict[str, Any]]]] = {}
+
+
+def _fast_body(record: Record) -> dict[str, Any] | None:
+    """The wire map of ``record`` by its generated encoder, or None when that one is unsure."""
+    try:
+        fast = _FAST_ENCODERS.get(type(record))
+        if fast is None:
+            fast = _FAST_ENCODERS[type(record)] = record_encoder(type(record))
+        return fast(record)
+    except Exception:  # Unsure, or anything a hostile value raised: the reference decides
+        return None
 
 
 def decode(
@@ -612,10 +630,12 @@ def pack_record(record: Record) -> bytes:
     Raises :class:`ProtocolError` if it breaks its schema."""
     name = type(record).__qualname__
     enc, _dec, _limits = _record_codec(type(record))
-    try:
-        body = enc(record)
-    except _Bad as bad:
-        raise bad.error(name) from None
+    body = _fast_body(record)
+    if body is None:  # as in encode()
+        try:
+            body = enc(record)
+        except _Bad as bad:
+            raise bad.error(name) from None
     try:
         data = PACK(body)
     except (ValueError, TypeError, OverflowError) as exc:
