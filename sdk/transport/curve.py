@@ -120,10 +120,21 @@ class CurveClient:
 
 
 def discover_client(environ: Mapping[str, str] | None = None) -> CurveClient | None:
-    """This user's credentials from ``$AGORA_HOME/keys`` (written by ``agora local``): its
-    ``user-<name>.key_secret`` and the masters' ``master.key``; None when they are not there,
-    this user cannot read them (then the master, if it wants CURVE, refuses the handshake), or
-    ``$AGORA_INSECURE`` is set (to reach a master started ``--insecure``)."""
+    """This user's credentials: ``$AGORA_CURVE_SECRET_KEY`` and ``$AGORA_CURVE_SERVER_KEY`` when
+    set (both or neither: ValueError otherwise, or when a file is not the key it should be),
+    else from ``$AGORA_HOME/keys`` (written by ``agora local``): its ``user-<name>.key_secret``
+    and the masters' ``master.key``; None when they are not there, this user cannot read them
+    (then the master, if it wants CURVE, refuses the handshake), or ``$AGORA_INSECURE`` is set
+    (to reach a master started ``--insecure``)."""
+    env = os.environ if environ is None else environ
+    secret = env.get("AGORA_CURVE_SECRET_KEY", "").strip()
+    server = env.get("AGORA_CURVE_SERVER_KEY", "").strip()
+    if secret or server:
+        if not (secret and server):
+            raise ValueError(
+                "set both AGORA_CURVE_SECRET_KEY and AGORA_CURVE_SERVER_KEY, or neither"
+            )
+        return CurveClient(secret, server)
     files = client_key_files(environ)
     if files is None:
         return None

@@ -86,3 +86,19 @@ def test_agora_local_keeps_agora_insecure_from_its_daemons_and_runs_keyless_agen
     bare = LocalCluster(tmp_path / "w", 1)
     agent = bare._agent_argv("agent-1", "tcp://127.0.0.1:1")
     assert "--insecure" in agent and "--insecure-http" not in agent
+
+
+def test_sdk_drivers_take_the_keys_named_in_the_environment_like_the_cli(
+    home: dict[str, str], tmp_path: Path
+) -> None:
+    """A framework started with $AGORA_CURVE_* uses those keys, not the ones agora local left."""
+    public, secret = generate_keypair(tmp_path / "mine", "fw")
+    env = {**home, "AGORA_CURVE_SECRET_KEY": str(secret), "AGORA_CURVE_SERVER_KEY": str(public)}
+    found = discover_client(env)
+    assert found is not None
+    assert found.public_key == zmq.auth.load_certificate(str(public))[0]
+    assert found.server_key == found.public_key  # (the test named its own key as the server's)
+    with pytest.raises(ValueError, match="both"):
+        discover_client({**home, "AGORA_CURVE_SECRET_KEY": str(secret)})
+    with pytest.raises(ValueError, match="no secret key"):
+        discover_client({**env, "AGORA_CURVE_SECRET_KEY": str(public)})  # not a secret key
