@@ -20,6 +20,7 @@ import abc
 import functools
 import math
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any, Final
@@ -60,15 +61,16 @@ _TAG: Final = "type"
 _ID_MAX_LEN: dict[type, int] = {}
 _UNIONS: dict[type, dict[str, type[Record]]] = {}
 _DECODERS: dict[type[Record], msgspec.msgpack.Decoder[Any]] = {}
+_BUILDING: Final = threading.Lock()
 
 
 def body_decoder(cls: type[Record]) -> msgspec.msgpack.Decoder[Any]:
     """The msgspec decoder of ``cls``'s wire map, built on first use."""
     dec = _DECODERS.get(cls)
     if dec is None:
-        with _msgspec_annotations(record_schema(cls)) as records:
-            # every record under cls, union members included (msgspec.convert meets those
-            # later, outside this block, and uses what msgspec read here)
+        # one build at a time: two interleaved swaps could leave a class with the wrong annotations
+        with _BUILDING, _msgspec_annotations(record_schema(cls)) as records:
+            # every record under cls, union members included (_dec_hook decodes those)
             for rec in records:
                 _DECODERS[rec] = msgspec.msgpack.Decoder(rec, dec_hook=_dec_hook)
         dec = _DECODERS[cls]
@@ -103,7 +105,7 @@ def _dec_hook(tp: type, obj: Any) -> Any:
         cls = variants.get(tag) if type(tag) is str else None
         if cls is None:
             raise TypeError("expected a tagged map")
-        return msgspec.convert(obj, cls, dec_hook=_dec_hook)
+        return _DECODERS[cls].decode(msgspec.msgpack.encode(obj))
     raise NotImplementedError(f"no wire decoding for {tp!r}")
 
 
