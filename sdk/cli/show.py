@@ -238,10 +238,19 @@ def agent_status(agent: AgentSummary) -> str:
     return "DRAINING" if agent.draining and agent.status == "ACTIVE" else agent.status
 
 
+def http_api(agent: AgentSummary) -> str:
+    """Where the agent's HTTP API is (``agora logs`` reads task output there), or "-": none.
+    (Its executor port is no use to an operator, and 0 where executors use a Unix socket.)"""
+    if not agent.http_port:
+        return "-"
+    host = agent.address or agent.hostname
+    return f"[{host}]:{agent.http_port}" if ":" in host else f"{host}:{agent.http_port}"
+
+
 def agents_table(agents: Sequence[AgentSummary]) -> Table:
     table = Table(title=f"Agents ({len(agents)})", title_justify="left")
     table.add_column("ID", no_wrap=True)
-    for name in ("HOSTNAME", "PORT", "STATUS", "RESOURCES", "ALLOCATED", "ATTRIBUTES"):
+    for name in ("HOSTNAME", "HTTP API", "STATUS", "RESOURCES", "ALLOCATED", "ATTRIBUTES"):
         table.add_column(name, overflow="fold")
     for a in agents:
         attrs = ";".join(f"{k}:{v}" for k, v in sorted(a.attributes.items()))
@@ -251,13 +260,13 @@ def agents_table(agents: Sequence[AgentSummary]) -> Table:
         elif status != "ACTIVE":
             status = f"[red]{status}[/red]"
         table.add_row(
-            str(a.agent_id),
-            a.hostname,
-            str(a.port),
+            escape(str(a.agent_id)),
+            escape(a.hostname),
+            escape(http_api(a)),  # an IPv6 address in brackets is not markup
             status,
             a.resources.to_text(),
             a.allocated.to_text(),
-            attrs,
+            escape(attrs),
         )
     return table
 

@@ -187,3 +187,11 @@ def test_a_partial_reply_keeps_the_counts_the_master_gave() -> None:
     partial = dataclasses.replace(_reply(), partial=True, agents_total=10_000, tasks_total=7)
     assert show.with_totals(partial) is partial
     assert show.state_json(partial)["agents_total"] == 10_000
+
+
+def test_the_agents_table_shows_where_each_agents_http_api_is() -> None:
+    with_api = dataclasses.replace(_agent(1), address="10.0.0.7", http_port=5051)
+    v6 = dataclasses.replace(_agent(2), address="fd00::7", http_port=5051)
+    out = _text(agents_table([with_api, v6, _agent(3)]))
+    assert "10.0.0.7:5051" in _row(out, "agent-1") and "[fd00::7]:5051" in _row(out, "agent-2")
+    assert show.http_api(_agent(3)) == "-"
