@@ -3,17 +3,58 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
-from collections.abc import Sequence
-from importlib.metadata import entry_points
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
-import structlog
-from agora.sdk.cli import image, keys, kill, local, logs, operate, run, show, top
-from agora.sdk.cli.common import CliError
-from agora.sdk.logs import configure_logging
+from agora.sdk._lean import import_structlog_without_rich
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
 
 __all__ = ["build_parser", "main"]
+
+_Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
+
+#: The built-in subcommands, in ``agora --help`` order: the module (under ``agora.sdk.cli``) whose
+#: ``add_parser``/``add_parsers`` registers each, and its one-line help. A command imports only its
+#: own module (``agora run`` never loads rich or the console); ``agora --help`` imports none of
+#: them. tests/unit/test_cli_lazy.py holds these lines to the modules' own.
+_BUILTIN: dict[str, tuple[str, str]] = {
+    "local": ("local", "run a master and agents on this machine until Ctrl-C"),
+    "run": ("run", "run one command as a task and relay its output (like mesos-execute)"),
+    "state": ("show", "the master's whole state: agents, frameworks, tasks"),
+    "agents": ("show", "the agents registered with the master"),
+    "tasks": ("show", "tasks the master knows (live ones unless --all)"),
+    "roles": ("show", "the roles the master knows: weight, quota guarantee and limit, share"),
+    "kill": ("kill", "kill a task (operator call)"),
+    "weights": ("operate", "set the DRF weight of roles (operator call)"),
+    "quota": ("operate", "set or remove a role's quota (operator call)"),
+    "drain": ("operate", "stop offering an agent's resources (operator call)"),
+    "reactivate": ("operate", "offer a drained agent's resources again (operator call)"),
+    "gone": ("operate", "remove an agent for good (operator call; irreversible, needs --yes)"),
+    "teardown": ("operate", "remove a framework and kill its tasks (operator call; needs --yes)"),
+    "logs": ("logs", "print a task's stdout or stderr"),
+    "top": ("top", "a live console: utilization, agents, frameworks, tasks, events (q quits)"),
+    "keys": ("keys", "CURVE keys for a master with authentication on"),
+    "image": ("image", "root filesystems for containers (import, list, rm)"),
+}
+
+
+def _registrar(module: str) -> _Registrar:
+    import_structlog_without_rich()
+    mod = importlib.import_module(f"agora.sdk.cli.{module}")
+    found: _Registrar = getattr(mod, "add_parsers", None) or mod.add_parser
+    return found
+
+
+def entry_points(group: str) -> list[EntryPoint]:
+    """The entry points of ``group`` (importlib.metadata is loaded only when plugins are)."""
+    from importlib.metadata import entry_points as _entry_points
+
+    return list(_entry_points(group=group))
+
 
 _EPILOG = """\
 The master is found from --master, else $AGORA_MASTER, else $AGORA_HOME/master (written by
@@ -41,6 +82,39 @@ $AGORA_CURVE_SECRET_KEY and $AGORA_CURVE_SERVER_KEY; `agora keys generate NAME` 
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The whole parser: every built-in subcommand and every plugin's, each fully described."""
+    parser, sub = _top_parser()
+    for module in dict.fromkeys(module for module, _ in _BUILTIN.values()):
+        _registrar(module)(sub)
+    _add_plugins(sub)
+    return parser
+
+
+def _parser_for(argv: Sequence[str]) -> argparse.ArgumentParser:
+    """A parser that knows in full only the subcommand ``argv`` names, importing nothing else.
+
+    With no subcommand (``agora``, ``agora --help``) the built-ins are listed from
+    :data:`_BUILTIN` and the plugins by their entry points' names, none of them loaded; a word
+    that is neither gets the whole parser (for its error message)."""
+    command = argv[0] if argv and not argv[0].startswith("-") else None
+    parser, sub = _top_parser()
+    if command in _BUILTIN:
+        _registrar(_BUILTIN[command][0])(sub)
+        return parser
+    if command is not None:
+        points = _plugin_points()
+        if command in points:
+            _load_plugin(points[command], sub)
+            return parser
+        return build_parser()
+    for name, (_, help_) in _BUILTIN.items():
+        sub.add_parser(name, help=help_, add_help=False)
+    for name, point in _plugin_points().items():
+        sub.add_parser(name, help=f"(from {point.module}; agora {name} --help)", add_help=False)
+    return parser
+
+
+def _top_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction[Any]]:
     parser = argparse.ArgumentParser(
         prog="agora",
         description="Agora: a resource-offer cluster manager in the model of Apache Mesos.",
@@ -48,17 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    local.add_parser(sub)
-    run.add_parser(sub)
-    show.add_parsers(sub)
-    kill.add_parser(sub)
-    operate.add_parsers(sub)
-    logs.add_parser(sub)
-    top.add_parser(sub)
-    keys.add_parser(sub)
-    image.add_parser(sub)
-    _add_plugins(sub)
-    return parser
+    return parser, sub
 
 
 #: The entry-point group of subcommands that other packages add to ``agora`` (each entry point is
@@ -69,19 +133,28 @@ PLUGIN_GROUP = "agora.cli"
 def _add_plugins(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the subcommands of every ``agora.cli`` entry point, by name; one that fails to load is
     left out with a warning, never breaking ``agora``."""
-    seen: set[str] = set()
+    for point in _plugin_points().values():
+        _load_plugin(point, sub)
+
+
+def _plugin_points() -> dict[str, EntryPoint]:
+    """The ``agora.cli`` entry points by name (the first of each name, in a stable order)."""
+    points: dict[str, EntryPoint] = {}
     for point in sorted(entry_points(group=PLUGIN_GROUP), key=lambda p: (p.name, p.value)):
-        if point.name in seen:
-            continue
-        seen.add(point.name)
-        try:
-            point.load()(sub)
-        except Exception as exc:
-            print(
-                f"agora: warning: leaving out the {point.name!r} subcommands ({point.value}): "
-                f"{type(exc).__name__}: {exc}",
-                file=sys.stderr,
-            )
+        points.setdefault(point.name, point)
+    return points
+
+
+def _load_plugin(point: EntryPoint, sub: argparse._SubParsersAction[Any]) -> None:
+    import_structlog_without_rich()
+    try:
+        point.load()(sub)
+    except Exception as exc:
+        print(
+            f"agora: warning: leaving out the {point.name!r} subcommands ({point.value}): "
+            f"{type(exc).__name__}: {exc}",
+            file=sys.stderr,
+        )
 
 
 #: SDK log events that a command reports itself, in its one line on stderr: a refused handshake
@@ -94,13 +167,21 @@ _REPORTED_EVENTS = frozenset(
 
 def _drop_reported(_logger: Any, _method: str, event: Any) -> Any:
     if event.get("event") in _REPORTED_EVENTS:
+        import structlog
+
         raise structlog.DropEvent
     return event
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``agora`` console script; the process's exit status."""
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parser_for(argv).parse_args(argv)
+    import_structlog_without_rich()
+    import structlog
+    from agora.sdk.cli.common import CliError
+    from agora.sdk.logs import configure_logging
+
     # The SDK's drivers log through structlog: keep that on stderr, and quiet.
     configure_logging("console", "warning")
     structlog.configure(processors=[_drop_reported, *structlog.get_config()["processors"]])

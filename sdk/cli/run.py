@@ -31,7 +31,7 @@ from agora.sdk.cli.common import (
     resolve_master,
 )
 from agora.sdk.cli.run_output import OutputRelay, read_rest
-from agora.sdk.executor import OUTPUT_LABEL, decode_output_at
+from agora.sdk.executor.output import OUTPUT_LABEL, decode_output_at
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, TaskID
 from agora.sdk.messages import (
     Filters,

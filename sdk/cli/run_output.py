@@ -14,8 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from agora.sdk.cli.common import CliError, ask_master
-from agora.sdk.cli.logs import SandboxNotFound, agent_url, read_sandbox_file
-from agora.sdk.executor import OUTPUT_STREAMS
+from agora.sdk.executor.output import OUTPUT_STREAMS
 from agora.sdk.ids import AgentID, FrameworkID, TaskID
 from agora.sdk.transport import CurveClient
 
@@ -73,6 +72,9 @@ async def read_rest(
     """Write, through ``write(stream, data)``, what the relay has not written of each stream,
     read from the task's sandbox on its agent as it is now; the gaps it fills are closed.
     CliError when the master or the agent cannot say."""
+    # Only after a failover: the HTTP client stays out of every other `agora run`.
+    from agora.sdk.cli.logs import SandboxNotFound, agent_url, read_sandbox_file
+
     state = await ask_master(master, timeout, lambda c: c.get_state(timeout=timeout), curve)
     agent = next((a for a in state.agents if a.agent_id == agent_id), None)
     if agent is None:

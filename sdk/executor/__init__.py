@@ -20,15 +20,22 @@ A minimal executor::
 
 from __future__ import annotations
 
-from agora.sdk.executor.driver import (
-    DEFAULT_RECOVERY_TIMEOUT,
-    DEFAULT_SHUTDOWN_GRACE_PERIOD,
-    EXECUTOR_ENV_VARS,
-    ExecutorDriver,
-    ExecutorEnvironment,
-    run_executor,
-)
-from agora.sdk.executor.executor import Executor
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agora.sdk.executor.driver import (
+        DEFAULT_RECOVERY_TIMEOUT,
+        DEFAULT_SHUTDOWN_GRACE_PERIOD,
+        EXECUTOR_ENV_VARS,
+        ExecutorDriver,
+        ExecutorEnvironment,
+        run_executor,
+    )
+    from agora.sdk.executor.executor import Executor
+
+# The output format is light and read by every framework that streams output; the driver (and
+# its transport) loads on first use of one of its names.
 from agora.sdk.executor.output import (
     MAX_OUTPUT_CHUNK,
     OUTPUT_LABEL,
@@ -37,6 +44,26 @@ from agora.sdk.executor.output import (
     decode_output_at,
     encode_output,
 )
+
+_LAZY: dict[str, str] = {
+    "DEFAULT_RECOVERY_TIMEOUT": "agora.sdk.executor.driver",
+    "DEFAULT_SHUTDOWN_GRACE_PERIOD": "agora.sdk.executor.driver",
+    "EXECUTOR_ENV_VARS": "agora.sdk.executor.driver",
+    "ExecutorDriver": "agora.sdk.executor.driver",
+    "ExecutorEnvironment": "agora.sdk.executor.driver",
+    "run_executor": "agora.sdk.executor.driver",
+    "Executor": "agora.sdk.executor.executor",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "DEFAULT_RECOVERY_TIMEOUT",

@@ -4,10 +4,14 @@ with the asyncio :class:`SchedulerDriver` or the thread-backed :class:`BlockingS
 
 from __future__ import annotations
 
-from agora.sdk.scheduler.blocking import BlockingSchedulerDriver
-from agora.sdk.scheduler.driver import DriverError, SchedulerDriver
-from agora.sdk.scheduler.scheduler import Scheduler
-from agora.sdk.scheduler.spec import TaskSpec, default_executor, fit_resources
+from agora.sdk._lean import import_structlog_without_rich
+
+import_structlog_without_rich()  # before the drivers import structlog: see agora.sdk._lean
+
+from agora.sdk.scheduler.blocking import BlockingSchedulerDriver  # noqa: E402
+from agora.sdk.scheduler.driver import DriverError, SchedulerDriver  # noqa: E402
+from agora.sdk.scheduler.scheduler import Scheduler  # noqa: E402
+from agora.sdk.scheduler.spec import TaskSpec, default_executor, fit_resources  # noqa: E402
 
 __all__ = [
     "BlockingSchedulerDriver",
