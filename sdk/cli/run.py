@@ -107,7 +107,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         run, timeout=30.0, what="give up after S seconds without a subscription and a fitting offer"
     )
     run.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ...")
-    run.set_defaults(func=cmd_run)
+    # Nothing of `agora run` outlives cmd_run (its driver and sockets are closed): exit at once.
+    run.set_defaults(func=cmd_run, fast_exit=True)
 
 
 @dataclass(frozen=True)
