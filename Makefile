@@ -51,6 +51,7 @@ typecheck: $(STAMP)
 # Benchmarks print JSON lines; run by hand, never asserted in CI.
 bench: $(STAMP)
 	$(BIN)/python tests/bench/allocator.py --agents 10000 --frameworks 1000
+	$(BIN)/python tests/bench/latency.py
 	$(BIN)/python tests/bench/throughput.py --tasks 5000
 	$(BIN)/python tests/bench/containers.py --containers 1000
 	$(BIN)/python tests/bench/failover.py
