@@ -29,18 +29,18 @@ from typing import Final
 from agora.sdk.discovery import MASTER_KEY, client_principal
 from agora.sdk.transport import generate_keypair
 
-__all__ = ["AGENT_KEY", "BATCH_KEY", "LocalKeys", "acl_text", "ensure_local_keys"]
+__all__ = ["AGENT_KEY", "BATCH_KEY", "KeyFolder", "LocalKeys", "acl_text", "ensure_local_keys"]
 
 AGENT_KEY: Final = "agent"
 BATCH_KEY: Final = "batch"
 
 
 @dataclass(frozen=True, slots=True)
-class LocalKeys:
-    """Where each daemon's and the user's key files are."""
+class KeyFolder:
+    """The layout of an identity set's folder: ``NAME.key`` and ``NAME.key_secret`` per
+    principal, the masters' ``authorized/`` keys, ``acl.toml`` and ``http-credentials.toml``."""
 
     folder: Path
-    user: str  # the user's principal
 
     def secret(self, name: str) -> Path:
         return self.folder / f"{name}.key_secret"
@@ -57,13 +57,20 @@ class LocalKeys:
         return self.folder / "acl.toml"
 
     @property
+    def http_credentials(self) -> Path:
+        return self.folder / "http-credentials.toml"
+
+
+@dataclass(frozen=True, slots=True)
+class LocalKeys(KeyFolder):
+    """Where each of ``agora local``'s daemons' and the user's key files are."""
+
+    user: str  # the user's principal
+
+    @property
     def token(self) -> Path:
         """The user's bearer token for the masters' HTTP operator calls."""
         return self.folder / "operator.token"
-
-    @property
-    def http_credentials(self) -> Path:
-        return self.folder / "http-credentials.toml"
 
     def master_flags(self) -> list[str]:
         """The CURVE flags of a master (each member of a group has the same)."""

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from agora.sdk.cli.local_keys import KeyFolder
 from agora.sdk.discovery import MASTER_KEY
 from agora.sdk.transport import CurveClient, generate_keypair
 
@@ -38,10 +39,9 @@ TOKEN_ENV: Final = "AGORA_HTTP_TOKEN"
 
 
 @dataclass(frozen=True, slots=True)
-class FaultKeys:
+class FaultKeys(KeyFolder):
     """Where each process's key files are; ``agents`` and ``clients`` name the principals."""
 
-    folder: Path
     agents: tuple[str, ...]
     clients: tuple[str, ...]
     #: principal -> its bearer token for the agents' HTTP API.
@@ -72,24 +72,6 @@ class FaultKeys:
         finally:
             os.umask(umask)
         return keys
-
-    def secret(self, name: str) -> Path:
-        return self.folder / f"{name}.key_secret"
-
-    def public(self, name: str) -> Path:
-        return self.folder / f"{name}.key"
-
-    @property
-    def authorized(self) -> Path:
-        return self.folder / "authorized"
-
-    @property
-    def acl(self) -> Path:
-        return self.folder / "acl.toml"
-
-    @property
-    def http_credentials(self) -> Path:
-        return self.folder / "http-credentials.toml"
 
     def master_flags(self) -> list[str]:
         """A master's CURVE flags (every member of the group has the same)."""
