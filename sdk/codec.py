@@ -5,9 +5,9 @@ sender's master epoch (0 when the sender is not a master) and a map of the messa
 records are maps, enums their names, bytes msgpack bin, tuples arrays, Resources their ``to_dict()``
 form and ACCEPT operations maps with a ``"type"`` key ("LAUNCH", "LAUNCH_GROUP", ...).
 
-Encoders and decoders are compiled per class at import time from the record schemas. Both directions
-check types and bounds; :func:`decode` raises only :class:`ProtocolError`, whose message names the
-dotted path of the bad value ("SUBSCRIBE.framework_info.roles[2]: expected str, got int").
+Encoders and decoders are compiled per class, on its first use, from the record schemas. Both
+directions check types and bounds; :func:`decode` raises only :class:`ProtocolError`, whose message
+names the dotted path of the bad value ("SUBSCRIBE.framework_info.roles[2]: expected str, got int").
 
 A frame is decoded by msgspec, in C, straight into the records (:mod:`agora.sdk._codec_fast`, the
 same schemas as ``msgspec.Meta`` bounds); one msgspec rejects is decoded again by the Python
@@ -26,6 +26,8 @@ agent's checkpoint records) as a bare msgpack map of its fields, with the same c
 
 from __future__ import annotations
 
+import functools
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
@@ -81,10 +83,10 @@ class Envelope:
 
 def encode(message: Message, *, epoch: int = 0) -> bytes:
     """The frame of ``message``; raises :class:`ProtocolError` if it breaks its schema."""
-    entry = _ENCODERS.get(type(message))
+    entry = _ENCODERS.get(type(message)) or _message_codec(type(message))
     if entry is None:
         raise ProtocolError(f"{type(message).__qualname__} is not a registered message")
-    name, version, enc = entry
+    name, version, enc, _dec = entry
     if type(epoch) is not int or not 0 <= epoch <= MAX_EPOCH:
         raise ProtocolError(f"{name}: epoch must be an int in [0, 2**63 - 1], got {epoch!r}")
     body = _fast_body(message)
@@ -141,7 +143,7 @@ def decode(
 
 def _decode_slowly(frame: bytes | bytearray | memoryview) -> Envelope:
     try:
-        obj = msgpack.unpackb(frame, **_UNPACK_LIMITS)
+        obj = msgpack.unpackb(frame, **_frame_limits())
     except msgpack.ExtraData as exc:
         raise ProtocolError(f"{len(exc.extra)} trailing bytes after the frame") from None
     except Exception as exc:  # hostile input: any failure of the parser is the sender's fault
@@ -152,10 +154,11 @@ def _decode_slowly(frame: bytes | bytearray | memoryview) -> Envelope:
     name, version, epoch, body = obj
     if type(name) is not str:
         raise ProtocolError(f"message name: expected str, got {_got(name)}")
-    entry = _DECODERS.get(name)
-    if entry is None:
+    cls = MESSAGE_TYPES.get(name)
+    entry = None if cls is None else _message_codec(cls)
+    if cls is None or entry is None:
         raise ProtocolError(f"unknown message {_short(name)}")
-    cls, dec = entry
+    dec = entry[3]
     if type(version) is not int:
         raise ProtocolError(f"{name} version: expected int, got {_got(version)}")
     if not 1 <= version <= cls.VERSION:
@@ -201,14 +204,36 @@ def _unpack_limits(schemas: list[RecordKind]) -> dict[str, Any]:
     }
 
 
-_SCHEMAS: Final = {cls: record_schema(cls) for cls in MESSAGE_TYPES.values()}
-_DECODERS: Final[dict[str, tuple[type[Message], Conv]]] = {
-    cls.NAME: (cls, _dec_record(schema)) for cls, schema in _SCHEMAS.items()
-}
-_ENCODERS: Final[dict[type, tuple[str, int, Conv]]] = {
-    cls: (cls.NAME, cls.VERSION, _enc_record(schema)) for cls, schema in _SCHEMAS.items()
-}
-_UNPACK_LIMITS: Final = _unpack_limits(list(_SCHEMAS.values()))
+# Built per message class on its first encode or decode, not at import: a process that speaks a
+# handful of messages (an executor, `agora run`) does not pay for the schemas of all of them.
+_MESSAGE_CLASSES: Final = frozenset(MESSAGE_TYPES.values())
+#: class -> (NAME, VERSION, reference encoder, reference decoder)
+_ENCODERS: Final[dict[type, tuple[str, int, Conv, Conv]]] = {}
+_BUILDING: Final = threading.Lock()
+
+
+def _message_codec(cls: type) -> tuple[str, int, Conv, Conv] | None:
+    """The reference converters of message class ``cls`` (None: not a registered message)."""
+    entry = _ENCODERS.get(cls)
+    if entry is None:
+        if cls not in _MESSAGE_CLASSES:
+            return None
+        with _BUILDING:  # one build per class; record_schema's cache is not built concurrently
+            entry = _ENCODERS.get(cls)
+            if entry is None:
+                schema = record_schema(cls)
+                entry = (cls.NAME, cls.VERSION, _enc_record(schema), _dec_record(schema))
+                _ENCODERS[cls] = entry
+    return entry
+
+
+@functools.cache
+def _frame_limits() -> dict[str, Any]:
+    """msgpack limits for any frame: from every message's schema (first needed by a frame the
+    fast path rejected)."""
+    with _BUILDING:
+        schemas = [record_schema(cls) for cls in MESSAGE_TYPES.values()]
+    return _unpack_limits(schemas)
 
 
 # ---- bare records --------------------------------------------------------------------------------

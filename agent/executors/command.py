@@ -35,17 +35,23 @@ import os
 import pwd
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-import structlog
-from agora.agent.containers.cgroups import CgroupError, Cgroups, Totals
-from agora.agent.containers.containerizer import container_name
-from agora.agent.containers.fetcher import Fetcher, FetchError, local_source_problem
-from agora.agent.executors.containment import TaskContainers
-from agora.agent.executors.health import HealthChecker, health_check_problem
-from agora.agent.executors.outcome import exit_message, kill_message
-from agora.agent.executors.tasks import RunAs, TaskProcess, TaskProcesses
-from agora.sdk.executor import (
+from agora.sdk._lean import import_structlog_without_rich
+
+# The agent starts this module as a process for every framework's first task on an agent: it
+# imports only what running a plain command needs (structlog without rich, see agora.sdk._lean;
+# the fetcher and the container side when a task or the agent asks for them).
+import_structlog_without_rich()
+
+import structlog  # noqa: E402
+from agora.agent.containers.cgroups import CgroupError, Cgroups, Totals  # noqa: E402
+from agora.agent.containers.containerizer import container_name  # noqa: E402
+from agora.agent.executors.containment import TaskContainers  # noqa: E402
+from agora.agent.executors.health import HealthChecker, health_check_problem  # noqa: E402
+from agora.agent.executors.outcome import exit_message, kill_message  # noqa: E402
+from agora.agent.executors.tasks import RunAs, TaskProcess, TaskProcesses  # noqa: E402
+from agora.sdk.executor import (  # noqa: E402
     EXECUTOR_ENV_VARS,
     OUTPUT_LABEL,
     OUTPUT_STREAMS,
@@ -54,8 +60,8 @@ from agora.sdk.executor import (
     encode_output,
     run_executor,
 )
-from agora.sdk.ids import TaskID
-from agora.sdk.messages import (
+from agora.sdk.ids import TaskID  # noqa: E402
+from agora.sdk.messages import (  # noqa: E402
     URI,
     AgentInfo,
     ExecutorInfo,
@@ -69,6 +75,9 @@ from agora.sdk.messages import (
     TaskState,
     TaskStatus,
 )
+
+if TYPE_CHECKING:
+    from agora.agent.containers.fetcher import Fetcher
 
 __all__ = ["DEFAULT_KILL_GRACE_PERIOD", "CommandExecutor", "main", "shutdown_kill_grace"]
 
@@ -256,6 +265,8 @@ class CommandExecutor(Executor):
             try:
                 await self._fetch(processes, fetcher, entry, command.uris)
             except Exception as exc:  # FetchError, an unreadable source, a sandbox problem
+                from agora.agent.containers.fetcher import FetchError  # loaded by _fetcher_of
+
                 for other in entries:
                     other.preparing = None
                 message = str(exc) if isinstance(exc, FetchError) else f"Fetch failed: {exc}"
@@ -269,6 +280,8 @@ class CommandExecutor(Executor):
     async def _fetch(
         processes: TaskProcesses, fetcher: Fetcher, entry: _Task, uris: Sequence[URI]
     ) -> None:
+        from agora.agent.containers.fetcher import FetchError, local_source_problem
+
         run_as = entry.run_as
         if run_as is not None:
             for uri in uris:
@@ -472,6 +485,9 @@ class CommandExecutor(Executor):
 
     def _fetcher_of(self) -> Fetcher:
         if self._fetcher is None:
+            # only a task with URIs needs it (and urllib's HTTP client, tarfile, zipfile)
+            from agora.agent.containers.fetcher import Fetcher
+
             assert self._driver is not None
             config = self._containers.config if self._containers is not None else None
             cache = config.fetch_cache if config is not None else None

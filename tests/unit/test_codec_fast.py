@@ -98,7 +98,9 @@ def test_the_fast_path_accepts_nothing_the_reference_rejects(
 
 def _reference_body(message: Message) -> dict[str, Any] | None:
     """What the reference encoder makes of ``message``; None when it rejects it."""
-    _name, _version, enc = codec._ENCODERS[type(message)]
+    entry = codec._message_codec(type(message))
+    assert entry is not None
+    _name, _version, enc, _dec = entry
     try:
         body: dict[str, Any] = enc(message)
     except codec._Bad:

@@ -111,3 +111,28 @@ def test_every_builtin_command_is_listed() -> None:
 
 def cli_main_module():  # type: ignore[no-untyped-def]
     return sys.modules["agora.sdk.cli.main"]
+
+
+def test_the_command_executor_imports_no_heavy_module() -> None:
+    # The agent starts it as a process (python -m) for a framework's first task on an agent:
+    # everything it imports is on the path of `agora run`'s ACCEPT -> RUNNING.
+    names = imported_by("import agora.agent.executors.command")
+    assert heavy_in(names) == []
+    assert "structlog" in names and "agora.sdk.executor.driver" in names  # the path is there
+    for unneeded in (
+        "agora.agent.containers.fetcher",  # only for a task with URIs
+        "urllib.request",
+        "agora.sdk.scheduler",
+        "agora.sdk.cli",
+    ):
+        assert unneeded not in names, unneeded
+
+
+def test_the_codec_builds_no_message_schema_at_import() -> None:
+    # compiled per class on first use: a process pays only for the messages it speaks
+    code = (
+        "from agora.sdk import codec\n"
+        "from agora.sdk.messages._schema import _CACHE\n"
+        "assert not codec._ENCODERS and not _CACHE, sorted(c.__name__ for c in _CACHE)\n"
+    )
+    imported_by(code)
