@@ -25,13 +25,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, NoReturn
 
-import structlog
-import zmq
-from agora.sdk.codec import encode
-from agora.sdk.errors import ProtocolError
-from agora.sdk.executor.executor import Executor
-from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, TaskID
-from agora.sdk.messages import (
+from agora.sdk._lean import import_structlog_without_rich
+
+import_structlog_without_rich()  # executors start often and log plainly: see agora.sdk._lean
+
+import structlog  # noqa: E402
+import zmq  # noqa: E402
+from agora.sdk.codec import encode  # noqa: E402
+from agora.sdk.errors import ProtocolError  # noqa: E402
+from agora.sdk.executor.executor import Executor  # noqa: E402
+from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, TaskID  # noqa: E402
+from agora.sdk.messages import (  # noqa: E402
     AgentInfo,
     ExecutorInfo,
     ExecutorRegistered,
@@ -53,8 +57,8 @@ from agora.sdk.messages import (
     TaskInfo,
     TaskStatus,
 )
-from agora.sdk.transport import Received, TransportClosed, ZmqClient
-from tenacity import AsyncRetrying, retry_if_result, wait_exponential_jitter
+from agora.sdk.transport import Received, TransportClosed, ZmqClient  # noqa: E402
+from tenacity import AsyncRetrying, retry_if_result, wait_exponential_jitter  # noqa: E402
 
 __all__ = [
     "DEFAULT_RECOVERY_TIMEOUT",

@@ -136,3 +136,10 @@ def test_the_codec_builds_no_message_schema_at_import() -> None:
         "assert not codec._ENCODERS and not _CACHE, sorted(c.__name__ for c in _CACHE)\n"
     )
     imported_by(code)
+
+
+def test_the_executor_driver_imports_without_rich() -> None:
+    # an executor written on the SDK (and an MPI member) starts as a process for its tasks
+    names = imported_by("from agora.sdk.executor import Executor, run_executor")
+    assert heavy_in(names) == []
+    assert "structlog" in names
