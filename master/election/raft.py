@@ -3,8 +3,8 @@ snapshots and a leader lease.
 
 The node does no I/O and reads no clock: the shell passes the monotonic time into every call
 and carries out the returned :class:`~agora.master.election.types.Ready` in field order (persist,
-then send, then apply). Rules follow the Raft paper and Ongaro's thesis; see
-``notes/ha-design.md``.
+then send, then apply). Rules follow the Raft paper and Ongaro's thesis; the invariants the
+group keeps are checked on real processes by the fault suite (``tests/fault/README.md``).
 """
 
 from __future__ import annotations

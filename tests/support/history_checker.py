@@ -1,6 +1,6 @@
 """The fault suite's checker: reads the JSONL histories Agora processes write
 (schema in :mod:`agora.sdk.history`) and reports every breach of the HA invariants I1-I8
-(``notes/ha-design.md`` section 3).
+(one check function each, below).
 
 Pure except :func:`load`. Times in messages are seconds since the history's first event
 (``t+1.234s``), followed by the raw monotonic ns where a person may want to grep for it.
