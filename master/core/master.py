@@ -25,6 +25,7 @@ from agora.master.core import (
 )
 from agora.master.core.actions import Action, Notice, Peer
 from agora.master.core.config import MasterConfig
+from agora.master.core.prompt import prompt_allocation
 from agora.master.core.state import Agent, AgentStatus, Framework, MasterState
 from agora.master.registry import Registry
 from agora.sdk.messages import (
@@ -227,7 +228,9 @@ class Master:
     def _finish(self, now: float, allocate: bool = True) -> list[Action]:
         """Event-triggered allocation on agents whose free resources changed, then drain."""
         st = self._st
-        if allocate and st.dirty_agents and recovery.allocation_allowed(st, now):
+        if allocate and prompt_allocation(st, now):
+            pass  # a full pass covered the dirty agents too
+        elif allocate and st.dirty_agents and recovery.allocation_allowed(st, now):
             dirty = sorted(st.dirty_agents)
             st.dirty_agents.clear()
             offers.allocate(st, now, dirty)

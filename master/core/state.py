@@ -159,9 +159,12 @@ class MasterState:
     notices: deque[Notice] = field(default_factory=lambda: deque(maxlen=1000))
     #: Agents whose free resources changed since the last allocation.
     dirty_agents: set[AgentID] = field(default_factory=set)
-    #: A full allocation pass is owed at the next tick (new framework, revive, ...).
+    #: A full allocation pass is owed (new framework, revive, ...): made at once when the
+    #: last prompt pass is far enough back (see ``prompt_allocation``), else at the next tick.
     full_allocation_due: bool = True
     next_batch_at: float = 0.0
+    #: No prompt (out-of-tick) full allocation before this time: bounds a subscription storm.
+    next_prompt_at: float = 0.0
     next_ping_at: float = 0.0
     next_heartbeat_at: float = 0.0
     #: The replicated registry (read-only here: committed operations change it).

@@ -21,6 +21,7 @@ from agora.sdk.messages import (
     FrameworkInfo,
     Heartbeat,
     Message,
+    Offers,
     RegisterAgent,
     Subscribe,
     Subscribed,
@@ -130,6 +131,7 @@ def test_authenticated_principals_and_the_acl() -> None:
             subscribed = await expect(fw, Subscribed)
             fw_state = r.core.state.frameworks[subscribed.framework_id]
             assert fw_state.info.principal == "fw"  # filled from the connection
+            await expect(fw, Offers)  # offered at subscription, in the same burst
             await fw.send(OperatorKill(task_id=TaskID("t")))
             assert "operator" in await forbidden(fw)
             await ops.send(OperatorKill(task_id=TaskID("t")))

@@ -161,8 +161,8 @@ def test_revive_clears_filters() -> None:
         Decline(framework_id=fw, offer_ids=(offer.offer_id,), filters=Filters(refuse_seconds=3600)),
     )
     assert offers_in(h.tick(1.0), "s1") == []
-    h.handle("s1", Revive(framework_id=fw))
-    assert len(offers_in(h.tick(0.01), "s1")) == 1
+    revived = h.handle("s1", Revive(framework_id=fw))  # offered at once, not at the tick
+    assert len(offers_in(revived + h.tick(0.01), "s1")) == 1
 
 
 def test_suppressed_role_stays_suppressed_across_resubscription() -> None:
@@ -173,8 +173,8 @@ def test_suppressed_role_stays_suppressed_across_resubscription() -> None:
     assert h.subscribe("s1b", framework_id=fw, failover_timeout=60.0) == fw
     out = h.tick(1.0) + h.tick(1.0)
     assert offers_in(out, "s1b") == []
-    h.handle("s1b", Revive(framework_id=fw))
-    assert len(offers_in(h.tick(0.01), "s1b")) == 1
+    revived = h.handle("s1b", Revive(framework_id=fw))  # offered at once, not at the tick
+    assert len(offers_in(revived + h.tick(0.01), "s1b")) == 1
 
 
 def test_offer_timeout_rescinds_and_reoffers() -> None:
