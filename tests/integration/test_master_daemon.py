@@ -330,6 +330,8 @@ def test_curve_admits_known_keys_and_the_acl_decides(tmp_path: Path) -> None:
                 assert denied.code is ErrorCode.FORBIDDEN
                 await fw.send(subscribe(roles=("batch",)))
                 subscribed = await expect(fw, Subscribed)
+                # The agent is registered, so the subscription is answered with an offer at once.
+                await expect(fw, Offers)
 
                 await fw.send(OperatorKill(task_id=TaskID("t1")))
                 denied = await expect(fw, Error)
