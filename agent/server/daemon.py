@@ -66,6 +66,7 @@ from agora.agent.server.isolation import (
 from agora.agent.server.journal import JournalError
 from agora.agent.server.processes import (
     ExecutorProcesses,
+    ExecutorStarter,
     LaunchError,
     executor_argv,
     executor_environment,
@@ -73,6 +74,7 @@ from agora.agent.server.processes import (
     runs_default_executor,
 )
 from agora.agent.server.sandbox_gc import SandboxCollector
+from agora.agent.server.zygote import ExecutorZygote
 from agora.sdk.discovery import parse_masters
 from agora.sdk.history import History
 from agora.sdk.httpd import start_http
@@ -165,6 +167,7 @@ class AgentDaemon:
         self._containers = ContainerConfig()
         self._containment = AgentContainment(Containerizer(self._containers), lambda: self._core)
         self._forkserver: ForkServer | None = None
+        self._zygote: ExecutorZygote | None = None
         # Read by /metrics at scrape time (agora.agent.server.metrics.AgentCounters).
         self.started = time.monotonic()
         #: Frames from the master and executors that decoded, and that did not.
@@ -266,6 +269,10 @@ class AgentDaemon:
         self._processes = ExecutorProcesses(
             loop, self._work_dir, self._executor_exited, switch_user=self._settings.switch_user
         )
+        if self._processes.subreaper:
+            # Built-in executors are forked from a warm process (re-parented to us, a subreaper).
+            base = {k: v for k, v in self._environ.items() if k not in self._drop_env}
+            self._zygote = ExecutorZygote(base)
         if self._settings.http_port is not None:
             # Before registering: the master learns the bound port in AgentInfo. Imported here:
             # it loads prometheus_client, which an agent without HTTP does not need.
@@ -381,6 +388,8 @@ class AgentDaemon:
             self._checkpoint.close()
             if self._forkserver is not None:
                 self._forkserver.close()
+            if self._zygote is not None:
+                self._zygote.close()
             if not self._drain:
                 self._containment.tidy()
         log.info("agent_stopped", reason=self._stop_reason, status=self._exit_code)
@@ -772,7 +781,9 @@ class AgentDaemon:
                 given=self._executor_defaults(fid, eid) | dict(action.environment),
                 required=required,
             )
-            self._processes.launch(fid, eid, argv, sandbox, env, user, starter)
+            self._processes.launch(
+                fid, eid, argv, sandbox, env, user, starter, self._fork_starter(action)
+            )
         except LaunchError as exc:
             log.warning("executor_launch_failed", framework_id=fid, executor_id=eid, error=str(exc))
             return str(exc)
@@ -780,6 +791,21 @@ class AgentDaemon:
             log.exception("executor_launch_crashed", framework_id=fid, executor_id=eid)
             return f"internal error: {exc!r}"
         return None
+
+    def _fork_starter(self, action: LaunchExecutor) -> ExecutorStarter | None:
+        """The zygote's spawn for a built-in executor once the zygote runs. The first launch
+        starts the zygote and is itself started by exec: it need not wait for the zygote's
+        imports, and an agent that never runs a built-in executor never pays for them."""
+        zygote = self._zygote
+        if zygote is None or not (action.builtin or runs_default_executor(action.info)):
+            return None
+        if zygote.pid is None:
+            try:
+                zygote.start()
+            except OSError as exc:  # this launch and the next go by exec; it is tried again
+                log.warning("executor_zygote_start_failed", error=str(exc))
+            return None
+        return zygote.spawn
 
     def _executor_defaults(self, fid: FrameworkID, eid: ExecutorID) -> dict[str, str]:
         env = {

@@ -28,8 +28,10 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import IO
 
 import structlog
+from agora.agent.server.zygote import Declined
 from agora.sdk.ids import ExecutorID, FrameworkID
 from agora.sdk.messages import ExecutorInfo
 
@@ -135,7 +137,8 @@ class ExecutorProcess:
     started: float = field(default_factory=time.monotonic)
     returncode: int | None = None
     adopted_pid: int = 0
-    #: Started through a container starter: our child (its status can be reaped), no Popen.
+    #: Started through a starter (a container's, or the zygote's fork): no Popen, but our child
+    #: all the same (re-parented to the agent, a subreaper), so its status can be reaped.
     contained: bool = False
 
     @property
@@ -198,9 +201,11 @@ class ExecutorProcesses:
         env: Mapping[str, str],
         user: str | None = None,
         starter: ExecutorStarter | None = None,
+        fork_starter: ExecutorStarter | None = None,
     ) -> ExecutorProcess:
         """Start one executor in ``sandbox`` (absolute, created here), through ``starter`` (a
-        container) when given. Raises LaunchError."""
+        container) when given, else through ``fork_starter`` (the zygote: a fork of a warm
+        process) when given and able, else by exec. Raises LaunchError."""
         key = (framework_id, executor_id)
         old = self._by_key.get(key)
         if old is not None and old.returncode is None:
@@ -227,11 +232,15 @@ class ExecutorProcesses:
                 open(os.path.join(sandbox, "executor.stderr"), "ab") as err,
                 open(os.devnull, "rb") as null,
             ):
+                if starter is None and fork_starter is not None:
+                    pid = _try_fork_starter(
+                        fork_starter, argv, env, sandbox, (null, out, err), account
+                    )
                 if starter is not None:
                     pid = starter(
                         list(argv), env, sandbox, null.fileno(), out.fileno(), err.fileno(), account
                     )
-                else:
+                elif not pid:
                     popen = subprocess.Popen(
                         list(argv),
                         cwd=sandbox,
@@ -281,7 +290,7 @@ class ExecutorProcesses:
             executor_id=executor_id,
             pid=pid,
             sandbox=sandbox,
-            contained=popen is None,
+            started_by="container" if starter else "exec" if popen else "zygote",
         )
         return proc
 
@@ -509,6 +518,25 @@ class ExecutorProcesses:
                 self._loop.remove_reader(proc.pidfd)
                 os.close(proc.pidfd)
                 proc.pidfd = None
+
+
+def _try_fork_starter(
+    starter: ExecutorStarter,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    sandbox: str,
+    stdio: tuple[IO[bytes], IO[bytes], IO[bytes]],
+    account: Account | None,
+) -> int:
+    """The pid ``starter`` forked, or 0 when it declined or failed (then exec starts it)."""
+    null, out, err = stdio
+    try:
+        return starter(list(argv), env, sandbox, null.fileno(), out.fileno(), err.fileno(), account)
+    except Declined as exc:
+        log.info("executor_zygote_declined", sandbox=sandbox, why=str(exc))
+    except OSError as exc:
+        log.warning("executor_zygote_failed", sandbox=sandbox, error=str(exc))
+    return 0
 
 
 def _write_atomic(path: str, text: str) -> None:

@@ -87,3 +87,26 @@ def test_recover_cleanup_kills_the_twenty_with_a_reason(cluster: LocalCluster) -
             assert status.reason is Reason.AGENT_RESTARTED
         assert cluster.active_agents() == [agent_id]
         _updates_are_clean(rec)
+
+
+def test_an_executor_forked_by_the_zygote_is_adopted_after_a_restart(
+    cluster: LocalCluster,
+) -> None:
+    # The first built-in executor is started by exec and warms the zygote; the next is forked.
+    warm = Recorder(todo=[TaskSpec("w", "true", SMALL)])
+    with BlockingSchedulerDriver(warm, FrameworkInfo(name="warm"), cluster.endpoint) as first:
+        first.start(timeout=20)
+        warm.wait_state("w", TaskState.FINISHED, timeout=30)
+    rec = Recorder(todo=[TaskSpec(f"t{i}", "sleep 600", SMALL) for i in range(2)])
+    with BlockingSchedulerDriver(rec, FrameworkInfo(name="forked"), cluster.endpoint) as driver:
+        driver.start(timeout=20)
+        for i in range(2):
+            rec.wait_state(f"t{i}", TaskState.RUNNING, timeout=30)
+        assert "started_by=zygote" in cluster.log("agent-0")
+        _restart_agent(cluster)
+        wait_for(lambda: "agent_recovered" in cluster.log("agent-0"), 30, "the agent to recover")
+        (agent_id,) = cluster.active_agents()
+        driver.kill("t0")  # through the re-attached executor, reported back
+        assert rec.wait_state("t0", TaskState.KILLED, timeout=30).agent_id == agent_id
+        assert set(rec.states("t1")) == {TaskState.RUNNING}
+        _updates_are_clean(rec)
