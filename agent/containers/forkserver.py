@@ -16,12 +16,15 @@ The server dies with the executor (PR_SET_PDEATHSIG) and exits when its socket c
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
+import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import replace
 from typing import Final
 
@@ -44,14 +47,21 @@ class ForkServer:
         self._timeout = timeout
         self._sock: socket.socket | None = None
         self._proc: subprocess.Popen[bytes] | None = None
+        self._forked = 0  # the pid of a server taken from prefork (no Popen)
         self._lock = threading.Lock()
 
     @property
     def pid(self) -> int | None:
         """The server's pid while it runs (None before the first spawn and after close)."""
-        return self._proc.pid if self._proc is not None else None
+        return self._proc.pid if self._proc is not None else (self._forked or None)
 
     def _start(self) -> socket.socket:
+        global _preforked
+        if _preforked is not None:  # forked at this process's start (see prefork)
+            (sock, self._forked), _preforked = _preforked, None
+            sock.settimeout(self._timeout)
+            self._sock = sock
+            return sock
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # One request is one datagram, environment and all: make room for a large one.
         for sock in (ours, theirs):
@@ -102,6 +112,9 @@ class ForkServer:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+        if self._forked:
+            _reap(self._forked, kill=kill)
+            self._forked = 0
         if self._proc is not None:
             if kill:
                 self._proc.kill()
@@ -111,6 +124,56 @@ class ForkServer:
                 self._proc.kill()
                 self._proc.wait()
             self._proc = None
+
+
+#: A server forked by :func:`prefork`, for this process's first ForkServer: (socket, pid).
+_preforked: tuple[socket.socket, int] | None = None
+
+
+def prefork() -> None:
+    """Fork a server now, for this process's first :class:`ForkServer` to use instead of starting
+    one by exec (~100 ms of interpreter start and imports). For a process that is still small and
+    single-threaded: the executor forked by the agent's zygote calls it before it runs (a fork
+    of a process that has grown, or has threads, would cost each container more)."""
+    global _preforked
+    if _preforked is not None:
+        return
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    for sock in (ours, theirs):
+        _grow_buffers(sock)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            ours.close()
+            _mounts.die_with_parent()
+            os.closerange(3, theirs.fileno())
+            os.closerange(theirs.fileno() + 1, os.sysconf("SC_OPEN_MAX"))
+            _serve(theirs)
+            code = 0
+        finally:
+            os._exit(code)
+    theirs.close()
+    _preforked = (ours, pid)
+
+
+def _reap(pid: int, *, kill: bool, timeout: float = 2.0) -> None:
+    """Wait for our child ``pid`` to exit (SIGKILL it first with ``kill``, or after ``timeout``)."""
+    if kill:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    delay = 0.001
+    try:
+        while os.waitpid(pid, os.WNOHANG)[0] == 0:
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                return
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+    except ChildProcessError:  # reaped by our own sweep of exited children
+        pass
 
 
 def _grow_buffers(sock: socket.socket) -> None:

@@ -248,6 +248,7 @@ def _become_executor(
         os.environ.update(request.env)
         os.write(ready, b"%d" % os.getpid())
         os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+        _prefork_container_server()
         signal.signal(signal.SIGINT, signal.default_int_handler)
         module, _, function = _ENTRY.partition(":")
         sys.argv = [getattr(sys.modules[module], "__file__", None) or module]
@@ -269,6 +270,20 @@ def _become_executor(
             with contextlib.suppress(Exception):
                 stream.flush()
         os._exit(code)
+
+
+def _prefork_container_server() -> None:
+    """An executor that will contain its tasks gets its container fork server now, forked while
+    it is still the zygote's small single-threaded image, instead of by exec at its first launch."""
+    from agora.agent.containers import forkserver
+    from agora.agent.containers.isolation import ContainerConfig
+
+    try:
+        isolated = ContainerConfig.from_environ().isolated
+    except ValueError:
+        return  # the executor reports a malformed config itself
+    if isolated:
+        forkserver.prefork()
 
 
 def _launch(request: _Request, fds: Sequence[int], regions: tuple[int, ...]) -> int:

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from agora.agent.containers import forkserver
 from agora.agent.containers.forkserver import ForkServer
 from agora.agent.containers.launch import ContainerSpec, LaunchError, become_subreaper
 
@@ -139,3 +140,28 @@ def test_a_large_environment_travels_to_the_server(server: ForkServer, tmp_path:
         for fd in (spec.stdin, spec.stdout):
             os.close(fd)
     assert out.read_text() == "5000050000"
+
+
+def test_a_preforked_server_serves_the_first_fork_server(tmp_path: Path) -> None:
+    """What the executor zygote does for a forked executor: the server is forked at its start,
+    not started by exec at its first launch; it serves as one and is reaped at close."""
+    assert become_subreaper()
+    forkserver.prefork()
+    fs = ForkServer()
+    try:
+        spec, out = _spec(tmp_path, "echo forked; exit 3", namespaces=frozenset({"pid", "mount"}))
+        pid = fs.spawn(spec)
+        server = fs.pid
+        assert server is not None
+        with (
+            open(f"/proc/{server}/cmdline", "rb") as theirs,
+            open("/proc/self/cmdline", "rb") as ours,
+        ):
+            assert theirs.read() == ours.read()  # a fork of this process, not a new interpreter
+        assert _wait(pid) == 3
+        assert out.read_text().strip() == "forked"
+    finally:
+        fs.close()
+        become_subreaper(enable=False)
+    assert not os.path.exists(f"/proc/{server}")  # exited and reaped
+    assert ForkServer().pid is None  # the next one is started by exec as before
