@@ -26,7 +26,7 @@ a checkpoint costs O(records changed), and a record is rewritten only when it ch
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Annotated, TypeVar
 
 from agora.agent.core.state import (
@@ -51,6 +51,7 @@ from agora.sdk.messages import (
     TaskState,
     TaskStatus,
 )
+from msgspec.structs import replace
 
 __all__ = [
     "AGENT",
@@ -101,21 +102,18 @@ class CheckpointError(ValueError):
     """A checkpoint record that cannot be read back."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AgentRecord(Record):
+class AgentRecord(Record, frozen=True, kw_only=True):
     agent_id: AgentID
     #: The highest master epoch seen: after a restart, a deposed master still cannot command.
     master_epoch: Annotated[int, Range(0, 2**63 - 1)] = 0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FrameworkRecord(Record):
+class FrameworkRecord(Record, frozen=True, kw_only=True):
     info: FrameworkInfo
     terminating: bool = False
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LaunchRecord(Record):
+class LaunchRecord(Record, frozen=True, kw_only=True):
     """Tasks waiting for an executor, a record of its own (kind ``launch``)."""
 
     task_ids: Annotated[tuple[TaskID, ...], MaxItems(_MANY)]
@@ -127,8 +125,7 @@ class LaunchRecord(Record):
     successor: bool
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ExecutorRecord(Record):
+class ExecutorRecord(Record, frozen=True, kw_only=True):
     framework_id: FrameworkID
     info: ExecutorInfo
     builtin: bool
@@ -142,8 +139,7 @@ class ExecutorRecord(Record):
     secret: str = ""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TaskRecord(Record):
+class TaskRecord(Record, frozen=True, kw_only=True):
     framework_id: FrameworkID
     info: TaskInfo
     executor_id: ExecutorID
@@ -155,8 +151,7 @@ class TaskRecord(Record):
     limitation_message: str = ""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StreamRecord(Record):
+class StreamRecord(Record, frozen=True, kw_only=True):
     framework_id: FrameworkID
     task_id: TaskID
     pending: Annotated[tuple[TaskStatus, ...], MaxItems(_MANY)]

@@ -12,8 +12,6 @@ sent SIGTERM. Either way it is SIGKILLed if still alive after the shutdown grace
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from agora.agent.core.actions import LaunchExecutor, SignalExecutor
 from agora.agent.core.executor_auth import SECRET_ENV
 from agora.agent.core.state import (
@@ -45,6 +43,7 @@ from agora.sdk.messages import (
     TaskGroupInfo,
     TaskState,
 )
+from msgspec.structs import replace
 
 __all__ = [
     "LAUNCH_FAILED_STATUS",

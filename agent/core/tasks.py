@@ -15,8 +15,6 @@ framework being shut down.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from agora.agent.core.executors import (
     command_executor_info,
     end_launches,
@@ -48,6 +46,7 @@ from agora.sdk.messages import (
     TaskInfo,
     TaskState,
 )
+from msgspec.structs import replace
 
 __all__ = [
     "on_executor_update",

@@ -17,13 +17,14 @@ import os
 import stat
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Final
 
 import structlog
 from agora.agent.core import Agent
 from agora.agent.core.limits import DiskKey, DiskTarget
 from agora.sdk.messages import ContainerUsage
+from msgspec.structs import replace
 
 __all__ = ["DEFAULT_MAX_ENTRIES", "DiskIsolator", "DiskUse", "sandbox_size"]
 

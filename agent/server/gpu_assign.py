@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import replace
 
 import structlog
 from agora.agent.containers.gpus import GpuAllocator, GpuError, visible_devices_env
@@ -24,6 +23,7 @@ from agora.sdk.messages import (
     TaskInfo,
     is_terminal,
 )
+from msgspec.structs import replace
 
 __all__ = ["GpuAssignments"]
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import replace
 
 from agora.master.allocator import AllocatorError
 from agora.master.core.actions import Peer
@@ -27,6 +26,7 @@ from agora.sdk.messages import (
     TaskState,
     is_terminal,
 )
+from msgspec.structs import replace
 
 __all__ = [
     "authorized",

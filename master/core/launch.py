@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from agora.master.core.offers import close_offer, with_bundles
 from agora.master.core.run_as import effective_users
@@ -28,6 +28,7 @@ from agora.sdk.messages import (
     Update,
 )
 from agora.sdk.resources import UNRESERVED, ResourceError, Resources
+from msgspec.structs import replace
 
 __all__ = ["on_accept", "on_decline"]
 

@@ -6,7 +6,6 @@ Operator calls that change things are in :mod:`operator_calls`.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
 
 from agora.master.allocator import AllocatorError
 from agora.master.core import partial
@@ -22,6 +21,7 @@ from agora.sdk.messages import (
     TaskSummary,
 )
 from agora.sdk.resources import Resources
+from msgspec.structs import replace
 
 __all__ = ["on_get_state", "roles", "snapshot"]
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
 
 from agora.master.core.state import Agent, AgentStatus, Framework, MasterState, Task, TaskKey
 from agora.sdk.messages import (
@@ -31,6 +30,7 @@ from agora.sdk.messages import (
     Update,
     is_terminal,
 )
+from msgspec.structs import replace
 
 __all__ = [
     "is_final",

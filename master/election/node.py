@@ -19,7 +19,7 @@ import contextlib
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 import structlog
@@ -39,6 +39,7 @@ from agora.sdk.messages import (
     VoteRequest,
 )
 from agora.sdk.transport import TransportClosed, ZmqClient
+from msgspec.structs import replace
 
 if TYPE_CHECKING:
     from agora.sdk.transport import CurveClient

@@ -6,7 +6,6 @@ log written by one master version is read back with the same bounds and checks a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Annotated, ClassVar, TypeAlias
 
 from agora.sdk.codec import pack_record, unpack_record
@@ -37,8 +36,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AgentEntry(Record):
+class AgentEntry(Record, frozen=True, kw_only=True):
     """An agent the cluster knows: admitted, unreachable since a time, and maybe draining."""
 
     agent_id: AgentID
@@ -47,8 +45,7 @@ class AgentEntry(Record):
     draining: bool = False
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FrameworkEntry(Record):
+class FrameworkEntry(Record, frozen=True, kw_only=True):
     framework_id: FrameworkID
     name: ShortStr = ""
     roles: Annotated[tuple[ShortStr, ...], MaxItems(1024)] = ()
@@ -56,15 +53,13 @@ class FrameworkEntry(Record):
     principal: ShortStr | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class QuotaEntry(Record):
+class QuotaEntry(Record, frozen=True, kw_only=True):
     role: ShortStr
     guarantee: Resources
     limit: Resources | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MaintenanceWindow(Record):
+class MaintenanceWindow(Record, frozen=True, kw_only=True):
     """Planned downtime of a host: from ``start`` for ``duration`` seconds."""
 
     hostname: ShortStr
@@ -72,64 +67,55 @@ class MaintenanceWindow(Record):
     duration: Seconds
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AdmitAgent(Record):
+class AdmitAgent(Record, frozen=True, kw_only=True):
     TYPE: ClassVar[str] = "ADMIT_AGENT"
     agent: AgentEntry
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ReadmitAgent(Record):
+class ReadmitAgent(Record, frozen=True, kw_only=True):
     """An unreachable agent came back."""
 
     TYPE: ClassVar[str] = "READMIT_AGENT"
     agent_id: AgentID
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MarkUnreachable(Record):
+class MarkUnreachable(Record, frozen=True, kw_only=True):
     TYPE: ClassVar[str] = "MARK_UNREACHABLE"
     agent_id: AgentID
     time: Timestamp
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RemoveAgent(Record):
+class RemoveAgent(Record, frozen=True, kw_only=True):
     """The agent is gone for good (it unregistered, was garbage-collected or marked gone)."""
 
     TYPE: ClassVar[str] = "REMOVE_AGENT"
     agent_id: AgentID
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DrainAgent(Record):
+class DrainAgent(Record, frozen=True, kw_only=True):
     TYPE: ClassVar[str] = "DRAIN_AGENT"
     agent_id: AgentID
     draining: bool = True
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class UpsertFramework(Record):
+class UpsertFramework(Record, frozen=True, kw_only=True):
     TYPE: ClassVar[str] = "UPSERT_FRAMEWORK"
     framework: FrameworkEntry
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RemoveFramework(Record):
+class RemoveFramework(Record, frozen=True, kw_only=True):
     TYPE: ClassVar[str] = "REMOVE_FRAMEWORK"
     framework_id: FrameworkID
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SetWeights(Record):
+class SetWeights(Record, frozen=True, kw_only=True):
     """Set the DRF weight of each role named (one operator call, one entry)."""
 
     TYPE: ClassVar[str] = "SET_WEIGHTS"
     weights: Annotated[tuple[RoleWeight, ...], MaxItems(1024)]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SetQuota(Record):
+class SetQuota(Record, frozen=True, kw_only=True):
     """Set (or, with ``quota`` None, clear) a role's quota."""
 
     TYPE: ClassVar[str] = "SET_QUOTA"
@@ -137,8 +123,7 @@ class SetQuota(Record):
     quota: QuotaEntry | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SetMaintenance(Record):
+class SetMaintenance(Record, frozen=True, kw_only=True):
     """Set (or, with ``window`` None, clear) a host's maintenance window."""
 
     TYPE: ClassVar[str] = "SET_MAINTENANCE"
@@ -160,8 +145,7 @@ Operation: TypeAlias = (
 )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RegistryEntry(Record):
+class RegistryEntry(Record, frozen=True, kw_only=True):
     """What one log entry holds."""
 
     op: Operation

@@ -10,7 +10,7 @@ registry as one record, which keeps Raft's log compaction trivial.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Annotated, Final, TypeVar
 
 from agora.master.registry.ops import (
@@ -33,6 +33,7 @@ from agora.master.registry.ops import (
 from agora.sdk.codec import pack_record, unpack_record
 from agora.sdk.ids import AgentID, FrameworkID
 from agora.sdk.messages import MaxItems, Record, RoleWeight
+from msgspec.structs import replace
 
 __all__ = ["MAX_REMOVED", "Registry"]
 
@@ -42,8 +43,7 @@ MAX_REMOVED: Final = 100_000
 _MANY: Final = 1_000_000
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Snapshot(Record):
+class _Snapshot(Record, frozen=True, kw_only=True):
     agents: Annotated[tuple[AgentEntry, ...], MaxItems(_MANY)] = ()
     removed_agents: Annotated[tuple[AgentID, ...], MaxItems(_MANY)] = ()
     frameworks: Annotated[tuple[FrameworkEntry, ...], MaxItems(_MANY)] = ()
@@ -129,7 +129,7 @@ class Registry:
         entry = self.agents.get(agent_id)
         if entry is None:
             return False
-        updated = replace(entry, **changes)  # type: ignore[arg-type]
+        updated = replace(entry, **changes)
         self.agents[agent_id] = updated
         return updated != entry
 

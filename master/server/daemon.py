@@ -19,7 +19,6 @@ import collections
 import contextlib
 import time
 from collections.abc import Callable, Collection, Coroutine, Iterable
-from dataclasses import replace
 from typing import Any, Final
 
 import structlog
@@ -63,6 +62,7 @@ from agora.sdk.messages import (
 from agora.sdk.messages.operator import OPERATOR_CALLS, OperatorKill
 from agora.sdk.ratelimit import KeyedLogLimiter
 from agora.sdk.transport import Acl, Received, Server
+from msgspec.structs import replace
 
 __all__ = ["LOCAL_PEER", "MasterDaemon", "NotActing"]
 

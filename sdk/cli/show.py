@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import argparse
 import base64
-import dataclasses
 import enum
 import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import msgspec
 from agora.sdk.cli.common import add_master_options, call_master, resolve_curve, resolve_master
 from agora.sdk.messages import (
     AgentSummary,
@@ -88,8 +88,8 @@ def to_json(value: Any) -> Any:
         return value.to_dict()
     if isinstance(value, enum.Enum):
         return value.name
-    if isinstance(value, Record) and dataclasses.is_dataclass(value):
-        return {f.name: to_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Record):
+        return {name: to_json(getattr(value, name)) for name in value.__struct_fields__}
     if isinstance(value, str):
         return str(value)
     if isinstance(value, bytes):
@@ -117,7 +117,7 @@ def with_totals(reply: StateReply) -> StateReply:
     for agent in reply.agents:
         _add_milli(total, agent.resources.scalar_totals_milli())
         _add_milli(allocated, agent.allocated.scalar_totals_milli())
-    return dataclasses.replace(
+    return msgspec.structs.replace(
         reply,
         agents_total=len(reply.agents),
         tasks_total=len(reply.tasks),

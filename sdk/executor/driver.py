@@ -22,10 +22,11 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Final, NoReturn
 
 from agora.sdk._lean import import_structlog_without_rich
+from msgspec.structs import replace
 
 import_structlog_without_rich()  # executors start often and log plainly: see agora.sdk._lean
 

@@ -1,6 +1,6 @@
 """Base classes of wire records and the bound markers their annotations may carry.
 
-Records are ``@dataclass(frozen=True, slots=True, kw_only=True)`` classes deriving from ``Record``;
+Records are frozen msgspec Structs with keyword-only fields, deriving from ``Record``;
 the ones that travel on their own derive from ``Message`` and set ``NAME`` (the wire name) and
 ``VERSION``. Bounds ride in ``typing.Annotated`` metadata::
 
@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, ClassVar, Final
+
+import msgspec
 
 __all__ = [
     "DAY",
@@ -82,16 +84,14 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else repr(x)
 
 
-class Record:
-    """Base of every wire record (nested or not). Subclasses are frozen, slotted dataclasses."""
+class Record(msgspec.Struct, frozen=True, kw_only=True):
+    """Base of every wire record (nested or not): a frozen msgspec Struct with keyword-only
+    fields. Subclasses repeat ``frozen=True, kw_only=True`` (msgspec applies kw_only per class)."""
 
-    __slots__ = ()
 
-
-class Message(Record):
+class Message(Record, frozen=True, kw_only=True):
     """Base of every record that travels as a frame of its own."""
 
-    __slots__ = ()
     NAME: ClassVar[str]
     VERSION: ClassVar[int] = 1
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 import enum
 import types
 from collections.abc import Iterator, Mapping
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import dataclass
 from typing import Annotated, TypeAlias, Union, get_args, get_origin, get_type_hints
 
+import msgspec
 from agora.sdk.messages._record import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_ID_LEN,
@@ -155,10 +156,9 @@ _CACHE: dict[type[Record], RecordKind] = {}
 def _build(cls: type[Record]) -> RecordKind:
     hints = get_type_hints(cls, include_extras=True)
     out = []
-    for f in fields(cls):  # type: ignore[arg-type]
+    for f in msgspec.structs.fields(cls):
         where = f"{cls.__qualname__}.{f.name}"
-        required = f.default is MISSING and f.default_factory is MISSING
-        out.append(FieldSchema(f.name, _kind(hints[f.name], (), where), required))
+        out.append(FieldSchema(f.name, _kind(hints[f.name], (), where), f.required))
     return RecordKind(cls, tuple(out))
 
 

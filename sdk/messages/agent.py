@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Annotated, ClassVar
 
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, TaskID
@@ -42,15 +41,13 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RegisterAgent(Message):
+class RegisterAgent(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "REGISTER_AGENT"
     agent_info: AgentInfo
     version: ShortStr = ""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ReregisterAgent(Message):
+class ReregisterAgent(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "REREGISTER_AGENT"
     agent_id: AgentID
     agent_info: AgentInfo
@@ -59,37 +56,32 @@ class ReregisterAgent(Message):
     frameworks: tuple[FrameworkInfo, ...] = ()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AgentRegistered(Message):
+class AgentRegistered(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "AGENT_REGISTERED"
     agent_id: AgentID
     master_info: MasterInfo
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AgentReregistered(Message):
+class AgentReregistered(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "AGENT_REREGISTERED"
     agent_id: AgentID
     master_info: MasterInfo
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Ping(Message):
+class Ping(Message, frozen=True, kw_only=True):
     """Master -> agent liveness probe; ``connected`` tells the agent whether the master knows it."""
 
     NAME: ClassVar[str] = "PING"
     connected: bool = True
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Pong(Message):
+class Pong(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "PONG"
     #: What the agent's containers used, sampled since the last PONG (may be empty).
     usage: Annotated[tuple[ContainerUsage, ...], MaxItems(100_000)] = ()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunTask(Message):
+class RunTask(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "RUN_TASK"
     framework_info: FrameworkInfo
     framework_id: FrameworkID
@@ -98,8 +90,7 @@ class RunTask(Message):
     role: ShortStr = "*"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunTaskGroup(Message):
+class RunTaskGroup(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "RUN_TASK_GROUP"
     framework_info: FrameworkInfo
     framework_id: FrameworkID
@@ -108,8 +99,7 @@ class RunTaskGroup(Message):
     role: ShortStr = "*"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class KillTask(Message):
+class KillTask(Message, frozen=True, kw_only=True):
     """Master -> agent, and agent -> executor."""
 
     NAME: ClassVar[str] = "KILL_TASK"
@@ -119,8 +109,7 @@ class KillTask(Message):
     kill_id: ShortStr = ""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ShutdownExecutor(Message):
+class ShutdownExecutor(Message, frozen=True, kw_only=True):
     """Master -> agent, and agent -> executor."""
 
     NAME: ClassVar[str] = "SHUTDOWN_EXECUTOR"
@@ -128,22 +117,19 @@ class ShutdownExecutor(Message):
     executor_id: ExecutorID
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ShutdownFramework(Message):
+class ShutdownFramework(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "SHUTDOWN_FRAMEWORK"
     framework_id: FrameworkID
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StatusUpdateMessage(Message):
+class StatusUpdateMessage(Message, frozen=True, kw_only=True):
     """Agent -> master, and executor -> agent."""
 
     NAME: ClassVar[str] = "STATUS_UPDATE"
     update: StatusUpdate
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StatusUpdateAck(Message):
+class StatusUpdateAck(Message, frozen=True, kw_only=True):
     """Master -> agent, and agent -> executor."""
 
     NAME: ClassVar[str] = "STATUS_UPDATE_ACK"
@@ -153,16 +139,14 @@ class StatusUpdateAck(Message):
     agent_id: AgentID | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FrameworkToExecutor(Message):
+class FrameworkToExecutor(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "FRAMEWORK_TO_EXECUTOR"
     framework_id: FrameworkID
     executor_id: ExecutorID
     data: bytes
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ExecutorToFramework(Message):
+class ExecutorToFramework(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "EXECUTOR_TO_FRAMEWORK"
     framework_id: FrameworkID
     executor_id: ExecutorID
@@ -170,22 +154,19 @@ class ExecutorToFramework(Message):
     agent_id: AgentID | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ExitedExecutor(Message):
+class ExitedExecutor(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "EXITED_EXECUTOR"
     framework_id: FrameworkID
     executor_id: ExecutorID
     status: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class UnregisterAgent(Message):
+class UnregisterAgent(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "UNREGISTER_AGENT"
     agent_id: AgentID
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ShutdownAgent(Message):
+class ShutdownAgent(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "SHUTDOWN_AGENT"
     message: str = ""
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Annotated, ClassVar, TypeAlias
 
+import msgspec
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, GangID, OfferID, TaskID
 from agora.sdk.messages._record import (
     DAY,
@@ -52,15 +52,13 @@ __all__ = [
 _MAX_GANG = 10_000
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MasterInfo(Record):
+class MasterInfo(Record, frozen=True, kw_only=True):
     master_id: ShortStr
     address: ShortStr
     epoch: Annotated[int, Range(0, 2**63 - 1)]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FrameworkInfo(Record):
+class FrameworkInfo(Record, frozen=True, kw_only=True):
     name: str
     user: ShortStr = ""
     roles: Annotated[tuple[ShortStr, ...], MaxItems(1024)] = ("*",)
@@ -72,11 +70,10 @@ class FrameworkInfo(Record):
     checkpoint: bool = False
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AgentInfo(Record):
+class AgentInfo(Record, frozen=True, kw_only=True):
     hostname: ShortStr
     resources: Resources
-    attributes: Mapping[str, str] = field(default_factory=dict)
+    attributes: Mapping[str, str] = msgspec.field(default_factory=dict)
     port: Annotated[int, Range(0, 65_535)] = 0
     #: The agent's HTTP API (task sandbox files, /state) at ``address:http_port`` (0: none).
     http_port: Annotated[int, Range(0, 65_535)] = 0
@@ -85,50 +82,45 @@ class AgentInfo(Record):
     agent_id: AgentID | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CommandInfo(Record):
+class CommandInfo(Record, frozen=True, kw_only=True):
     """What to run: ``value`` through the shell when ``shell``, else ``argv`` directly."""
 
     value: str | None = None
     argv: tuple[str, ...] = ()
     shell: bool = True
-    environment: Mapping[str, str] = field(default_factory=dict)
+    environment: Mapping[str, str] = msgspec.field(default_factory=dict)
     user: ShortStr | None = None
     uris: Annotated[tuple[URI, ...], MaxItems(256)] = ()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ExecutorInfo(Record):
+class ExecutorInfo(Record, frozen=True, kw_only=True):
     executor_id: ExecutorID
     framework_id: FrameworkID
     command: CommandInfo
-    resources: Resources = field(default_factory=Resources)
+    resources: Resources = msgspec.field(default_factory=Resources)
     name: str = ""
     container: ContainerInfo | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TaskInfo(Record):
+class TaskInfo(Record, frozen=True, kw_only=True):
     task_id: TaskID
     name: str
     agent_id: AgentID
     resources: Resources
     command: CommandInfo | None = None
     executor: ExecutorInfo | None = None
-    labels: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = msgspec.field(default_factory=dict)
     data: bytes = b""
     kill_grace_period: Seconds | None = None
     health_check: HealthCheck | None = None
     container: ContainerInfo | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TaskGroupInfo(Record):
+class TaskGroupInfo(Record, frozen=True, kw_only=True):
     tasks: tuple[TaskInfo, ...]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TaskStatus(Record):
+class TaskStatus(Record, frozen=True, kw_only=True):
     task_id: TaskID
     state: TaskState
     source: StatusSource
@@ -150,25 +142,22 @@ class TaskStatus(Record):
     max_rss_bytes: Annotated[int, Range(0, 2**63 - 1)] | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Filters(Record):
+class Filters(Record, frozen=True, kw_only=True):
     refuse_seconds: Annotated[float, Range(0, 365 * DAY)] = 5.0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Offer(Record):
+class Offer(Record, frozen=True, kw_only=True):
     offer_id: OfferID
     framework_id: FrameworkID
     agent_id: AgentID
     hostname: ShortStr
     role: ShortStr
     resources: Resources
-    attributes: Mapping[str, str] = field(default_factory=dict)
+    attributes: Mapping[str, str] = msgspec.field(default_factory=dict)
     gang_id: GangID | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GangRequest(Record):
+class GangRequest(Record, frozen=True, kw_only=True):
     """``count`` slots of ``shape`` for ``role``, held together for at most ``hold_timeout`` s.
 
     ``max_per_agent``: 0 = no cap; > 0 = at most this many slots on one agent.
@@ -183,8 +172,7 @@ class GangRequest(Record):
     max_per_agent: Annotated[int, Range(0, _MAX_GANG)] = 0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ReconcileTask(Record):
+class ReconcileTask(Record, frozen=True, kw_only=True):
     task_id: TaskID
     agent_id: AgentID | None = None
 
@@ -192,27 +180,23 @@ class ReconcileTask(Record):
 # Operations of an ACCEPT. On the wire each is a map whose "type" key holds the class's TYPE.
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Launch(Record):
+class Launch(Record, frozen=True, kw_only=True):
     TYPE: ClassVar[str] = "LAUNCH"
     task_infos: tuple[TaskInfo, ...]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LaunchGroup(Record):
+class LaunchGroup(Record, frozen=True, kw_only=True):
     TYPE: ClassVar[str] = "LAUNCH_GROUP"
     executor: ExecutorInfo
     task_group: TaskGroupInfo
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Reserve(Record):
+class Reserve(Record, frozen=True, kw_only=True):
     TYPE: ClassVar[str] = "RESERVE"
     resources: Resources
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Unreserve(Record):
+class Unreserve(Record, frozen=True, kw_only=True):
     TYPE: ClassVar[str] = "UNRESERVE"
     resources: Resources
 
@@ -220,8 +204,7 @@ class Unreserve(Record):
 Operation: TypeAlias = Launch | LaunchGroup | Reserve | Unreserve
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StatusUpdate(Record):
+class StatusUpdate(Record, frozen=True, kw_only=True):
     """A task status on its way to the framework; ``latest_state`` is the newest queued state."""
 
     framework_id: FrameworkID
@@ -229,8 +212,7 @@ class StatusUpdate(Record):
     latest_state: TaskState | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AgentTask(Record):
+class AgentTask(Record, frozen=True, kw_only=True):
     """A task as an agent reports it when re-registering."""
 
     task: TaskInfo

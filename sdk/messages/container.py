@@ -8,7 +8,6 @@ kills the task after 3 consecutive failures once its 10 s grace period is over.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 from typing import Annotated
 
 from agora.sdk.ids import ExecutorID, FrameworkID, TaskID
@@ -28,8 +27,7 @@ _Port = Annotated[int, Range(1, 65_535)]
 _Bytes = Annotated[int, Range(0, 2**63 - 1)]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class URI(Record):
+class URI(Record, frozen=True, kw_only=True):
     """A file the agent fetches into the sandbox before the task starts (``file://``, ``http://``,
     ``https://`` or an absolute path). ``extract``: unpack tar/zip archives; ``executable``: mark
     the file executable; ``cache``: keep it in the agent's fetch cache; ``output_file``: the name to
@@ -48,8 +46,7 @@ class HealthCheckKind(enum.Enum):
     TCP = "TCP"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class HealthCheck(Record):
+class HealthCheck(Record, frozen=True, kw_only=True):
     """How the executor checks that a task is healthy.
 
     COMMAND runs ``command`` with ``/bin/sh -c`` in the task's sandbox (healthy: exit 0); HTTP
@@ -69,8 +66,7 @@ class HealthCheck(Record):
     grace_period: Seconds = 10.0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Volume(Record):
+class Volume(Record, frozen=True, kw_only=True):
     """A host directory or file bind-mounted into the task's root filesystem."""
 
     host_path: _Path
@@ -78,8 +74,7 @@ class Volume(Record):
     read_only: bool = False
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ContainerInfo(Record):
+class ContainerInfo(Record, frozen=True, kw_only=True):
     """How to contain a task beyond the agent's default isolation.
 
     ``image``: the name of an image in the agent's image store (``agora image import``); the task
@@ -94,8 +89,7 @@ class ContainerInfo(Record):
     hostname: Annotated[str, MaxLen(64)] | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ContainerUsage(Record):
+class ContainerUsage(Record, frozen=True, kw_only=True):
     """One container's resource use, sampled by its agent. ``task_id`` is None for a custom
     executor's container (which holds all its tasks). Limits of 0 mean none. ``disk_*``: its
     sandbox's size and ``disk`` limit, as the agent's disk/du isolator last measured them."""

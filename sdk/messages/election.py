@@ -12,7 +12,6 @@ responder``) at an epoch higher than the one the client follows.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Annotated, ClassVar
 
 from agora.sdk.messages._record import MaxItems, MaxLen, Message, Range, Record, ShortStr
@@ -39,8 +38,7 @@ MAX_ENTRY_BYTES = 1024 * 1024
 MAX_SNAPSHOT_BYTES = 12 * 1024 * 1024
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LogEntry(Record):
+class LogEntry(Record, frozen=True, kw_only=True):
     """One entry of the replicated log; empty ``data`` is a leader's no-op."""
 
     term: _Term
@@ -48,8 +46,7 @@ class LogEntry(Record):
     data: Annotated[bytes, MaxLen(MAX_ENTRY_BYTES)] = b""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class VoteRequest(Message):
+class VoteRequest(Message, frozen=True, kw_only=True):
     """Raft RequestVote; ``pre_vote`` asks "would you vote?" without anyone changing term."""
 
     NAME: ClassVar[str] = "RAFT_VOTE"
@@ -60,8 +57,7 @@ class VoteRequest(Message):
     pre_vote: bool = False
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class VoteReply(Message):
+class VoteReply(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "RAFT_VOTE_REPLY"
     sender: ShortStr
     #: The term of the request for a granted pre-vote; otherwise the voter's current term.
@@ -70,8 +66,7 @@ class VoteReply(Message):
     pre_vote: bool = False
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AppendEntries(Message):
+class AppendEntries(Message, frozen=True, kw_only=True):
     """Raft AppendEntries (a heartbeat when ``entries`` is empty); ``seq`` numbers the leader's
     rounds so replies can renew its lease."""
 
@@ -87,8 +82,7 @@ class AppendEntries(Message):
     leader_http: ShortStr = ""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AppendReply(Message):
+class AppendReply(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "RAFT_APPEND_REPLY"
     sender: ShortStr
     term: _Term
@@ -98,8 +92,7 @@ class AppendReply(Message):
     seq: _Index = 0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class InstallSnapshot(Message):
+class InstallSnapshot(Message, frozen=True, kw_only=True):
     """The leader's whole state machine up to ``last_index``, for a follower too far behind."""
 
     NAME: ClassVar[str] = "RAFT_SNAPSHOT"
@@ -111,8 +104,7 @@ class InstallSnapshot(Message):
     seq: _Index = 0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SnapshotReply(Message):
+class SnapshotReply(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "RAFT_SNAPSHOT_REPLY"
     sender: ShortStr
     term: _Term
@@ -120,15 +112,13 @@ class SnapshotReply(Message):
     seq: _Index = 0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DetectLeader(Message):
+class DetectLeader(Message, frozen=True, kw_only=True):
     """Which master leads? Any client may ask any master."""
 
     NAME: ClassVar[str] = "DETECT_LEADER"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LeaderInfo(Message):
+class LeaderInfo(Message, frozen=True, kw_only=True):
     """A master's answer to DETECT_LEADER, also pushed by a new leader to every client it knows."""
 
     NAME: ClassVar[str] = "LEADER"

@@ -6,7 +6,6 @@ on this link; they are defined once, in ``agent.py``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID
@@ -31,8 +30,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RegisterExecutor(Message):
+class RegisterExecutor(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "REGISTER_EXECUTOR"
     framework_id: FrameworkID
     executor_id: ExecutorID
@@ -41,8 +39,7 @@ class RegisterExecutor(Message):
     secret: ShortStr = ""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ExecutorRegistered(Message):
+class ExecutorRegistered(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "EXECUTOR_REGISTERED"
     executor_info: ExecutorInfo
     framework_id: FrameworkID
@@ -51,8 +48,7 @@ class ExecutorRegistered(Message):
     agent_info: AgentInfo
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ReregisterExecutor(Message):
+class ReregisterExecutor(Message, frozen=True, kw_only=True):
     """A reconnecting executor re-sends its unacknowledged tasks and updates."""
 
     NAME: ClassVar[str] = "REREGISTER_EXECUTOR"
@@ -64,22 +60,19 @@ class ReregisterExecutor(Message):
     secret: ShortStr = ""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ExecutorReregistered(Message):
+class ExecutorReregistered(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "EXECUTOR_REREGISTERED"
     agent_id: AgentID
     agent_info: AgentInfo
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LaunchTask(Message):
+class LaunchTask(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "LAUNCH_TASK"
     framework_id: FrameworkID
     task: TaskInfo
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LaunchTaskGroup(Message):
+class LaunchTaskGroup(Message, frozen=True, kw_only=True):
     """The LAUNCH_GROUP message (the class name avoids clashing with the LaunchGroup operation)."""
 
     NAME: ClassVar[str] = "LAUNCH_GROUP"

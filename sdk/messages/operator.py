@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Annotated, ClassVar
 
+import msgspec
 from agora.sdk.ids import AgentID, FrameworkID, TaskID
 from agora.sdk.messages._record import MaxItems, Message, Range, Record, ShortStr, Timestamp
 from agora.sdk.messages.common import MasterInfo
@@ -38,8 +38,7 @@ _MANY = 1_000_000
 _Weight = Annotated[float, Range(0.0001, 1_000_000.0)]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AgentSummary(Record):
+class AgentSummary(Record, frozen=True, kw_only=True):
     agent_id: AgentID
     hostname: ShortStr
     port: Annotated[int, Range(0, 65_535)] = 0
@@ -51,16 +50,15 @@ class AgentSummary(Record):
     status: ShortStr
     resources: Resources
     #: What tasks, executors and outstanding offers hold of ``resources``.
-    allocated: Resources = field(default_factory=Resources)
-    attributes: Mapping[str, str] = field(default_factory=dict)
+    allocated: Resources = msgspec.field(default_factory=Resources)
+    attributes: Mapping[str, str] = msgspec.field(default_factory=dict)
     #: An operator drained it: no new offers; its tasks run on until they end.
     draining: bool = False
     #: Its live tasks (staging, starting, running, killing).
     tasks: Annotated[int, Range(0, 1_000_000_000)] = 0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FrameworkSummary(Record):
+class FrameworkSummary(Record, frozen=True, kw_only=True):
     framework_id: FrameworkID
     name: str
     roles: tuple[ShortStr, ...] = ()
@@ -80,8 +78,7 @@ class FrameworkSummary(Record):
     staging: Annotated[int, Range(0, 1_000_000_000)] = 0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RoleSummary(Record):
+class RoleSummary(Record, frozen=True, kw_only=True):
     """A role the master knows (configured, weighted, with quota, or used by a framework)."""
 
     name: ShortStr
@@ -93,8 +90,7 @@ class RoleSummary(Record):
     share: Annotated[float, Range(0)] = 0.0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TaskSummary(Record):
+class TaskSummary(Record, frozen=True, kw_only=True):
     task_id: TaskID
     framework_id: FrameworkID
     agent_id: AgentID
@@ -103,14 +99,13 @@ class TaskSummary(Record):
     reason: Reason | None = None
     message: str = ""
     exit_code: int | None = None
-    resources: Resources = field(default_factory=Resources)
+    resources: Resources = msgspec.field(default_factory=Resources)
     timestamp: Timestamp = 0.0
     #: The latest usage of the task's container, as its agent reported it.
     usage: ContainerUsage | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GetState(Message):
+class GetState(Message, frozen=True, kw_only=True):
     """Ask for the master's state; the limits make it cheap on a big cluster (a console).
 
     With ``agents_limit``, at most that many agents: every one that is not ACTIVE or is draining
@@ -126,8 +121,7 @@ class GetState(Message):
     tasks_filter: ShortStr = ""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MasterMember(Record):
+class MasterMember(Record, frozen=True, kw_only=True):
     """One master of the group as the leader sees it."""
 
     address: ShortStr
@@ -139,8 +133,7 @@ class MasterMember(Record):
     last_contact: Annotated[float, Range(0)] | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StateReply(Message):
+class StateReply(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "STATE"
     master_info: MasterInfo
     agents: Annotated[tuple[AgentSummary, ...], MaxItems(_MANY)] = ()
@@ -163,16 +156,15 @@ class StateReply(Message):
     agents_unreachable: Annotated[int, Range(0, _MANY)] = 0
     agents_draining: Annotated[int, Range(0, _MANY)] = 0
     #: Scalars over every agent: their total, and what is allocated of it.
-    resources_total: Resources = field(default_factory=Resources)
-    resources_allocated: Resources = field(default_factory=Resources)
+    resources_total: Resources = msgspec.field(default_factory=Resources)
+    resources_allocated: Resources = msgspec.field(default_factory=Resources)
     #: The master runs without CURVE (``--insecure``): anyone who reaches it may register agents,
     #: subscribe frameworks and make operator calls. A STATE from a master older than this field
     #: decodes as False (a client older than it ignores the field).
     insecure: bool = False
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class OperatorKill(Message):
+class OperatorKill(Message, frozen=True, kw_only=True):
     """Kill a task as if its framework had asked; ``framework_id`` disambiguates a shared id."""
 
     NAME: ClassVar[str] = "OPERATOR_KILL"
@@ -180,49 +172,43 @@ class OperatorKill(Message):
     framework_id: FrameworkID | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RoleWeight(Record):
+class RoleWeight(Record, frozen=True, kw_only=True):
     role: ShortStr
     weight: _Weight
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class UpdateWeights(Message):
+class UpdateWeights(Message, frozen=True, kw_only=True):
     """Set the DRF weight of each role named (kept in the registry, so a new leader keeps it)."""
 
     NAME: ClassVar[str] = "UPDATE_WEIGHTS"
     weights: Annotated[tuple[RoleWeight, ...], MaxItems(1024)]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class UpdateQuota(Message):
+class UpdateQuota(Message, frozen=True, kw_only=True):
     """Set a role's quota: a scalar guarantee and an optional limit. An empty guarantee and no
     limit remove it."""
 
     NAME: ClassVar[str] = "UPDATE_QUOTA"
     role: ShortStr
-    guarantee: Resources = field(default_factory=Resources)
+    guarantee: Resources = msgspec.field(default_factory=Resources)
     limit: Resources | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DrainAgent(Message):
+class DrainAgent(Message, frozen=True, kw_only=True):
     """No new offers on the agent; its tasks run on until they end (Mesos: DRAIN_AGENT)."""
 
     NAME: ClassVar[str] = "DRAIN_AGENT"
     agent_id: AgentID
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ReactivateAgent(Message):
+class ReactivateAgent(Message, frozen=True, kw_only=True):
     """A drained agent gets offers again."""
 
     NAME: ClassVar[str] = "REACTIVATE_AGENT"
     agent_id: AgentID
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MarkAgentGone(Message):
+class MarkAgentGone(Message, frozen=True, kw_only=True):
     """The agent is gone for good: its tasks are GONE_BY_OPERATOR (or LOST) and it may never
     come back under its id."""
 
@@ -230,16 +216,14 @@ class MarkAgentGone(Message):
     agent_id: AgentID
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TeardownFramework(Message):
+class TeardownFramework(Message, frozen=True, kw_only=True):
     """Remove a framework on an operator's word: its offers go, its tasks are killed."""
 
     NAME: ClassVar[str] = "TEARDOWN_FRAMEWORK"
     framework_id: FrameworkID
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class OperatorDone(Message):
+class OperatorDone(Message, frozen=True, kw_only=True):
     """The master's answer to an operator call that took effect (a refusal is an ERROR)."""
 
     NAME: ClassVar[str] = "OPERATOR_DONE"

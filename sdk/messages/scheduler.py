@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Annotated, ClassVar
 
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, GangID, OfferID, TaskID
@@ -50,21 +49,18 @@ _Roles = Annotated[tuple[ShortStr, ...], MaxItems(1024)]
 # ---- calls ---------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Subscribe(Message):
+class Subscribe(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "SUBSCRIBE"
     framework_info: FrameworkInfo
     suppressed_roles: _Roles = ()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Teardown(Message):
+class Teardown(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "TEARDOWN"
     framework_id: FrameworkID
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Accept(Message):
+class Accept(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "ACCEPT"
     framework_id: FrameworkID
     offer_ids: tuple[OfferID, ...]
@@ -72,16 +68,14 @@ class Accept(Message):
     filters: Filters = _DEFAULT_FILTERS
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Decline(Message):
+class Decline(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "DECLINE"
     framework_id: FrameworkID
     offer_ids: tuple[OfferID, ...]
     filters: Filters = _DEFAULT_FILTERS
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Revive(Message):
+class Revive(Message, frozen=True, kw_only=True):
     """Clear filters and un-suppress ``roles`` (() = every role of the framework)."""
 
     NAME: ClassVar[str] = "REVIVE"
@@ -89,8 +83,7 @@ class Revive(Message):
     roles: _Roles = ()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Suppress(Message):
+class Suppress(Message, frozen=True, kw_only=True):
     """Stop offers for ``roles`` (() = every role of the framework)."""
 
     NAME: ClassVar[str] = "SUPPRESS"
@@ -98,8 +91,7 @@ class Suppress(Message):
     roles: _Roles = ()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Kill(Message):
+class Kill(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "KILL"
     framework_id: FrameworkID
     task_id: TaskID
@@ -109,16 +101,14 @@ class Kill(Message):
     kill_id: ShortStr = ""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Shutdown(Message):
+class Shutdown(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "SHUTDOWN"
     framework_id: FrameworkID
     executor_id: ExecutorID
     agent_id: AgentID
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Acknowledge(Message):
+class Acknowledge(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "ACKNOWLEDGE"
     framework_id: FrameworkID
     agent_id: AgentID
@@ -126,8 +116,7 @@ class Acknowledge(Message):
     uuid: Uuid
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Reconcile(Message):
+class Reconcile(Message, frozen=True, kw_only=True):
     """Explicit reconciliation of ``tasks``; () asks for every task the master knows."""
 
     NAME: ClassVar[str] = "RECONCILE"
@@ -135,8 +124,7 @@ class Reconcile(Message):
     tasks: tuple[ReconcileTask, ...] = ()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SendMessage(Message):
+class SendMessage(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "MESSAGE"
     framework_id: FrameworkID
     agent_id: AgentID
@@ -144,8 +132,7 @@ class SendMessage(Message):
     data: bytes
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Request(Message):
+class Request(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "REQUEST"
     framework_id: FrameworkID
     gangs: Annotated[tuple[GangRequest, ...], MaxItems(1024)]
@@ -154,34 +141,29 @@ class Request(Message):
 # ---- events --------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Subscribed(Message):
+class Subscribed(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "SUBSCRIBED"
     framework_id: FrameworkID
     heartbeat_interval_seconds: Annotated[float, Range(0, 86_400)]
     master_info: MasterInfo
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Offers(Message):
+class Offers(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "OFFERS"
     offers: tuple[Offer, ...]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Rescind(Message):
+class Rescind(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "RESCIND"
     offer_id: OfferID
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Update(Message):
+class Update(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "UPDATE"
     status: TaskStatus
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FrameworkMessage(Message):
+class FrameworkMessage(Message, frozen=True, kw_only=True):
     """The MESSAGE event: opaque bytes from an executor."""
 
     NAME: ClassVar[str] = "FRAMEWORK_MESSAGE"
@@ -190,8 +172,7 @@ class FrameworkMessage(Message):
     data: bytes
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Failure(Message):
+class Failure(Message, frozen=True, kw_only=True):
     """An agent was lost (no ``executor_id``) or an executor exited with ``status``."""
 
     NAME: ClassVar[str] = "FAILURE"
@@ -200,20 +181,17 @@ class Failure(Message):
     status: int | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Error(Message):
+class Error(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "ERROR"
     message: str
     code: ErrorCode = ErrorCode.BAD_REQUEST
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Heartbeat(Message):
+class Heartbeat(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "HEARTBEAT"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GangExpired(Message):
+class GangExpired(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "GANG_EXPIRED"
     gang_id: GangID
     message: str = ""

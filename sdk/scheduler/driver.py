@@ -29,7 +29,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 import structlog
@@ -80,6 +79,7 @@ from agora.sdk.scheduler.scheduler import Scheduler
 from agora.sdk.scheduler.spec import TaskSpec, task_infos_for
 from agora.sdk.transport import MasterLink, discover_client
 from agora.sdk.transport.base import TransportClosed
+from msgspec.structs import replace
 from tenacity import AsyncRetrying, RetryCallState, retry_if_result
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ unreserved resources, so the same spec works on reserved and unreserved offers a
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from agora.sdk.ids import ExecutorID, FrameworkID, OfferID, TaskID
 from agora.sdk.messages import (
@@ -21,6 +21,7 @@ from agora.sdk.messages import (
     TaskInfo,
 )
 from agora.sdk.resources import UNRESERVED, Resources
+from msgspec.structs import replace
 
 __all__ = ["TaskSpec", "default_executor", "fit_resources", "task_infos_for"]
 

@@ -214,7 +214,7 @@ class Acl:
         if not isinstance(table, dict) or not all(
             isinstance(v, str) and v and v != ANY for v in table.values()
         ):
-            raise AclError(f"{source}: default_user must be a table of principal = \"user\"")
+            raise AclError(f'{source}: default_user must be a table of principal = "user"')
         defaults = {str(k): str(v) for k, v in table.items()}
         return cls(agents, operators, roles, masters, run_as, defaults)
 

@@ -56,9 +56,7 @@ log = structlog.get_logger(__name__)
 
 FAILOVER_TIMEOUT = 300.0
 #: A trap task: on TERM it takes half a second to clean up (write its marker), then exits 0.
-TRAP_COMMAND = (
-    "trap 'sleep 0.5; echo cleaned > {marker}; exit 0' TERM; while :; do sleep 0.1; done"
-)
+TRAP_COMMAND = "trap 'sleep 0.5; echo cleaned > {marker}; exit 0' TERM; while :; do sleep 0.1; done"
 TRAP_SHAPE = Resources.parse("cpus:0.1;mem:8")
 #: How often the kill trigger is looked for.
 TRIGGER_POLL = 0.1

@@ -71,8 +71,10 @@ def test_agora_run_and_quickstart_survive_a_leader_sigkill(ha: Local) -> None:
         os.kill(_master_pid(ha, before["master_id"]), signal.SIGKILL)
         (sandbox / "go").touch()
         wait_for(
-            lambda: (s := _state(ha))["master_info"]["epoch"] > before["epoch"]
-            and [a["status"] for a in s["agents"]] == ["ACTIVE", "ACTIVE"],
+            lambda: (
+                (s := _state(ha))["master_info"]["epoch"] > before["epoch"]
+                and [a["status"] for a in s["agents"]] == ["ACTIVE", "ACTIVE"]
+            ),
             timeout=30,
             what="a new leader with both agents back",
         )

@@ -74,9 +74,10 @@ def test_forged_append_entries_and_snapshot_from_a_non_master_are_refused(ha: Lo
 
     logs = sorted((ha.work / "logs").glob("master-*.log"))
     refused = wait_for(
-        lambda: sum(p.read_text(errors="replace").count("election_traffic_refused") for p in logs)
-        >= 4
-        or None,
+        lambda: (
+            sum(p.read_text(errors="replace").count("election_traffic_refused") for p in logs) >= 4
+            or None
+        ),
         timeout=10,
         what="every forged frame logged as refused",
     )

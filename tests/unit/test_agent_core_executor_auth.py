@@ -8,8 +8,6 @@ updates are ignored: the real executor keeps its peer, its task and its launches
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from agora.agent.core import Agent, ExecutorRefused, ExecutorState, LaunchExecutor
 from agora.agent.core.checkpoint import EXECUTOR, ExecutorRecord
 from agora.agent.core.executor_auth import SECRET_ENV
@@ -27,6 +25,7 @@ from agora.sdk.messages import (
     TaskState,
     TaskStatus,
 )
+from msgspec.structs import replace
 from support.agent_kit import (
     FID,
     AgentHarness,

@@ -6,9 +6,9 @@ sense (unknown frameworks, executors, tasks; wrong senders; calls out of order).
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
+import msgspec
 from agora.agent.core import Agent, is_final
 from agora.sdk.ids import ExecutorID, FrameworkID, TaskID
 from agora.sdk.messages import (
@@ -137,7 +137,7 @@ def _aim(h: AgentHarness, msg: Message, pick: int) -> Message:
     """Point some of a random message's ids at things that exist, so it reaches deep code."""
     if pick % 3 == 0:
         return msg
-    names = {f.name for f in dataclasses.fields(msg)}
+    names = {f.name for f in msgspec.structs.fields(msg)}
     real: dict[str, Any] = {}
     if "framework_id" in names:
         real["framework_id"] = FID if pick % 5 else OTHER
@@ -148,24 +148,25 @@ def _aim(h: AgentHarness, msg: Message, pick: int) -> Message:
     if "agent_id" in names and pick % 2:
         real["agent_id"] = AGENT_ID
     if isinstance(msg, RunTask):
-        task = dataclasses.replace(
+        task = msgspec.structs.replace(
             msg.task, agent_id=AGENT_ID, task_id=TaskID(_TASK_IDS[pick % len(_TASK_IDS)])
         )
         if pick % 4 == 1:
-            task = dataclasses.replace(task, executor=None)
+            task = msgspec.structs.replace(task, executor=None)
         real["task"] = task
     if isinstance(msg, RunTaskGroup):
         tasks = tuple(
-            dataclasses.replace(t, agent_id=AGENT_ID, executor=None) for t in msg.task_group.tasks
+            msgspec.structs.replace(t, agent_id=AGENT_ID, executor=None)
+            for t in msg.task_group.tasks
         )
-        real["task_group"] = dataclasses.replace(msg.task_group, tasks=tasks)
-        real["executor"] = dataclasses.replace(msg.executor, framework_id=FID)
+        real["task_group"] = msgspec.structs.replace(msg.task_group, tasks=tasks)
+        real["executor"] = msgspec.structs.replace(msg.executor, framework_id=FID)
     if isinstance(msg, StatusUpdateMessage):
-        status = dataclasses.replace(
+        status = msgspec.structs.replace(
             msg.update.status, task_id=TaskID(_TASK_IDS[pick % len(_TASK_IDS)])
         )
-        real["update"] = dataclasses.replace(msg.update, framework_id=FID, status=status)
-    return dataclasses.replace(msg, **real)
+        real["update"] = msgspec.structs.replace(msg.update, framework_id=FID, status=status)
+    return msgspec.structs.replace(msg, **real)
 
 
 def _check(agent: Agent) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from agora.agent.core import Action, LaunchExecutor
 from agora.agent.core.run_as import TaskUsers
 from agora.sdk.messages import (
@@ -15,6 +13,7 @@ from agora.sdk.messages import (
     TaskGroupInfo,
     TaskState,
 )
+from msgspec.structs import replace
 from support.agent_kit import (
     FID,
     AgentHarness,

@@ -4,7 +4,6 @@ the app refusing or serving accordingly (an in-process server over a temporary w
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from agora.sdk.http_auth import (
     load_http_credentials,
 )
 from aiohttp.test_utils import TestClient, TestServer
+from msgspec.structs import replace
 from support.agent_kit import FID, AgentHarness
 
 ALICE, BOB, OPS = "alice-token-0123456789", "bob-token-0123456789", "ops-token-0123456789"

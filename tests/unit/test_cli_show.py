@@ -4,9 +4,9 @@ table and its JSON, from StateReply objects made here."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 
+import msgspec
 import pytest
 from agora.sdk.cli import show
 from agora.sdk.cli.main import build_parser
@@ -150,7 +150,9 @@ def test_agora_state_shows_the_cluster_and_a_roles_section(
 def test_agora_state_says_when_the_master_runs_without_curve(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(show, "_fetch", lambda _args: dataclasses.replace(_reply(), insecure=True))
+    monkeypatch.setattr(
+        show, "_fetch", lambda _args: msgspec.structs.replace(_reply(), insecure=True)
+    )
     assert show.cmd_state(argparse.Namespace(json=False)) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith("cluster prod-eu  master m-1") and "INSECURE (no CURVE)" in first
@@ -166,11 +168,11 @@ def test_agora_state_json_counts_the_agents_and_sums_the_resources_it_lists(
 ) -> None:
     # A full GET_STATE reply leaves the whole-cluster counts at 0 (its rows are the cluster);
     # the JSON used to show "agents_total": 0 beside three agents.
-    reply = dataclasses.replace(
+    reply = msgspec.structs.replace(
         _reply(),
         agents=(
             *_reply().agents,
-            dataclasses.replace(_agent(4), allocated=Resources.parse("cpus:1.5;mem:512")),
+            msgspec.structs.replace(_agent(4), allocated=Resources.parse("cpus:1.5;mem:512")),
         ),
     )
     monkeypatch.setattr(show, "_fetch", lambda _args: reply)
@@ -184,14 +186,14 @@ def test_agora_state_json_counts_the_agents_and_sums_the_resources_it_lists(
 
 
 def test_a_partial_reply_keeps_the_counts_the_master_gave() -> None:
-    partial = dataclasses.replace(_reply(), partial=True, agents_total=10_000, tasks_total=7)
+    partial = msgspec.structs.replace(_reply(), partial=True, agents_total=10_000, tasks_total=7)
     assert show.with_totals(partial) is partial
     assert show.state_json(partial)["agents_total"] == 10_000
 
 
 def test_the_agents_table_shows_where_each_agents_http_api_is() -> None:
-    with_api = dataclasses.replace(_agent(1), address="10.0.0.7", http_port=5051)
-    v6 = dataclasses.replace(_agent(2), address="fd00::7", http_port=5051)
+    with_api = msgspec.structs.replace(_agent(1), address="10.0.0.7", http_port=5051)
+    v6 = msgspec.structs.replace(_agent(2), address="fd00::7", http_port=5051)
     out = _text(agents_table([with_api, v6, _agent(3)]))
     assert "10.0.0.7:5051" in _row(out, "agent-1") and "[fd00::7]:5051" in _row(out, "agent-2")
     assert show.http_api(_agent(3)) == "-"

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import time
 
+import msgspec
 from agora.sdk.cli.common import duration
 from agora.sdk.cli.main import build_parser
 from agora.sdk.cli.top import (
@@ -130,7 +130,7 @@ def _styled(renderable: object, width: int = 160) -> str:
 
 
 def test_header_names_cluster_leader_epoch_standbys_and_how_long_it_has_led() -> None:
-    state = dataclasses.replace(
+    state = msgspec.structs.replace(
         _state(),
         cluster="prod-eu",
         leader_since=NOW - 192,
@@ -146,7 +146,7 @@ def test_header_names_cluster_leader_epoch_standbys_and_how_long_it_has_led() ->
     assert "leader tcp://127.0.0.1:5050 (m-1)  epoch 3  leading for 3m12s" in head[1]
     assert "standbys 2, 1 unreachable: tcp://10.0.0.3:5050" in head[1]
     assert "tcp://10.0.0.2:5050" not in out  # a reachable standby is only counted
-    lonely = dataclasses.replace(state, masters=state.masters[:1])
+    lonely = msgspec.structs.replace(state, masters=state.masters[:1])
     assert "no standbys" in _text(render(lonely, History(), [], (160, 40), now=NOW))
 
 
@@ -165,11 +165,11 @@ def test_duration_is_compact() -> None:
 def test_frameworks_show_share_and_outstanding_offers() -> None:
     state = _state()
     spark, batchy = state.frameworks
-    state = dataclasses.replace(
+    state = msgspec.structs.replace(
         state,
         frameworks=(
-            dataclasses.replace(spark, share=0.375, offers=3),
-            dataclasses.replace(batchy, active=False),
+            msgspec.structs.replace(spark, share=0.375, offers=3),
+            msgspec.structs.replace(batchy, active=False),
         ),
     )
     out = _text(render(state, History(), [], (160, None), now=NOW))
@@ -183,7 +183,7 @@ def test_frameworks_show_share_and_outstanding_offers() -> None:
 def test_a_master_without_curve_is_marked_insecure_in_red_in_the_header() -> None:
     secure = _text(render(_state(), History(), [], (160, 40), now=NOW))
     assert "INSECURE" not in secure
-    state = dataclasses.replace(_state(), cluster="prod-eu", insecure=True)
+    state = msgspec.structs.replace(_state(), cluster="prod-eu", insecure=True)
     head = _text(render(state, History(), [], (160, 40), now=NOW)).splitlines()[0]
     assert head.startswith("agora top  prod-eu  INSECURE (no CURVE)  "), head
     styled = _styled(render(state, History(), [], (160, 40), now=NOW))
@@ -195,9 +195,9 @@ def test_a_master_without_curve_is_marked_insecure_in_red_in_the_header() -> Non
 
 def test_a_drained_agent_shows_draining_in_its_own_style_and_can_be_filtered() -> None:
     state = _state()
-    drained = dataclasses.replace(state.agents[0], draining=True)
-    gone = dataclasses.replace(state.agents[1], draining=True, status="UNREACHABLE")
-    state = dataclasses.replace(state, agents=(drained, gone))
+    drained = msgspec.structs.replace(state.agents[0], draining=True)
+    gone = msgspec.structs.replace(state.agents[1], draining=True, status="UNREACHABLE")
+    state = msgspec.structs.replace(state, agents=(drained, gone))
     styled = _styled(render(state, History(), [], (160, None), now=NOW))
     assert "\x1b[1;33mDRAINING" in styled  # bold yellow
     assert "\x1b[1;31mUNREACHABLE" in styled  # unreachable wins over draining
@@ -214,7 +214,7 @@ def test_task_states_are_coloured() -> None:
 
 
 def test_agents_are_sorted_by_allocated_share_and_capped_by_height() -> None:
-    state = dataclasses.replace(
+    state = msgspec.structs.replace(
         _state(), agents=tuple(_agent(n, alloc=f"cpus:{n % 5}") for n in range(1, 50))
     )
     out = _text(render(state, History(), [], (160, 30), now=NOW))
@@ -232,12 +232,12 @@ def test_filter_on_the_focused_table() -> None:
 
 def test_diff_reports_lost_agents_frameworks_and_task_outcomes() -> None:
     before = _state()
-    after = dataclasses.replace(
+    after = msgspec.structs.replace(
         before,
         agents=(_agent(1, status="UNREACHABLE"),),
         frameworks=(
-            dataclasses.replace(before.frameworks[0], connected=False),
-            dataclasses.replace(before.frameworks[1], active=False),
+            msgspec.structs.replace(before.frameworks[0], connected=False),
+            msgspec.structs.replace(before.frameworks[1], active=False),
         ),
         tasks=(
             _task(
@@ -267,8 +267,8 @@ def test_diff_reports_lost_agents_frameworks_and_task_outcomes() -> None:
 def test_diff_reports_a_framework_that_failed_over_between_two_polls() -> None:
     before = _state()
     spark = before.frameworks[0]
-    after = dataclasses.replace(
-        before, frameworks=(dataclasses.replace(spark, failovers=1), *before.frameworks[1:])
+    after = msgspec.structs.replace(
+        before, frameworks=(msgspec.structs.replace(spark, failovers=1), *before.frameworks[1:])
     )
     assert [e.text for e in diff_states(before, after, NOW)] == [
         f"framework {spark.name} failed over"
@@ -277,19 +277,19 @@ def test_diff_reports_a_framework_that_failed_over_between_two_polls() -> None:
 
 def test_diff_reports_drain_reactivation_and_a_new_leader() -> None:
     before = _state()
-    drained = dataclasses.replace(
+    drained = msgspec.structs.replace(
         before,
-        agents=(dataclasses.replace(before.agents[0], draining=True), before.agents[1]),
+        agents=(msgspec.structs.replace(before.agents[0], draining=True), before.agents[1]),
     )
     texts = [e.text for e in diff_states(before, drained, NOW)]
     assert texts == ["agent host-1 drained"]
     assert [e.text for e in diff_states(drained, before, NOW)] == ["agent host-1 reactivated"]
     new_leader = MasterInfo(master_id="m-2", address="tcp://10.0.0.2:5050", epoch=4)
-    after = dataclasses.replace(before, master_info=new_leader)
+    after = msgspec.structs.replace(before, master_info=new_leader)
     texts = [e.text for e in diff_states(before, after, NOW)]
     assert texts == ["leader changed to tcp://10.0.0.2:5050 (m-2, epoch 4)"]
     # the same master winning a later election is a leader change too
-    again = dataclasses.replace(before, master_info=dataclasses.replace(MASTER, epoch=5))
+    again = msgspec.structs.replace(before, master_info=msgspec.structs.replace(MASTER, epoch=5))
     assert [e.text for e in diff_states(before, again, NOW)] == [
         "leader changed to tcp://127.0.0.1:5050 (m-1, epoch 5)"
     ]
@@ -299,7 +299,7 @@ def test_events_appear_in_the_frame() -> None:
     top = TopState()
     before = _state()
     top.update(before, NOW)
-    top.update(dataclasses.replace(before, agents=before.agents[:1]), NOW + 1)
+    top.update(msgspec.structs.replace(before, agents=before.agents[:1]), NOW + 1)
     out = _text(render(top.state or before, top.history, top.events, (160, None), now=NOW))
     assert "agent host-2 removed" in out
     assert len(top.history.of("cpus")) == 2
@@ -340,10 +340,10 @@ def test_parser_knows_top() -> None:
 def test_a_frame_of_10000_agents_renders_fast() -> None:
     agents = tuple(_agent(n, alloc=f"cpus:{n % 4};mem:{n % 4096}") for n in range(10_000))
     tasks = tuple(
-        dataclasses.replace(_task(f"t-{n}", TaskState.RUNNING, NOW - n), agent_id=f"a-{n}")
+        msgspec.structs.replace(_task(f"t-{n}", TaskState.RUNNING, NOW - n), agent_id=f"a-{n}")
         for n in range(20_000)
     )
-    state = dataclasses.replace(_state(), agents=agents, tasks=tasks)
+    state = msgspec.structs.replace(_state(), agents=agents, tasks=tasks)
     top = TopState()
     top.update(_state(), NOW)
     t0 = time.perf_counter()
@@ -370,7 +370,7 @@ def _partial(**kw: object) -> StateReply:
         "resources_allocated": Resources.parse("cpus:1000;mem:2048000"),
         **kw,
     }
-    return dataclasses.replace(_state(), **fields)  # type: ignore[arg-type]
+    return msgspec.structs.replace(_state(), **fields)  # type: ignore[arg-type]
 
 
 def test_a_partial_reply_shows_the_whole_clusters_counts_and_sums() -> None:
@@ -388,13 +388,13 @@ def test_a_partial_reply_shows_the_whole_clusters_counts_and_sums() -> None:
     assert "Agents (2 of 1000)" in out and "Tasks (5 of 5000)" in out
     # per-framework and per-agent task counts come from the master, not the rows shown
     spark = next(f for f in state.frameworks if f.name == "spark")
-    counted = dataclasses.replace(
+    counted = msgspec.structs.replace(
         state,
         frameworks=tuple(
-            dataclasses.replace(f, running=417, staging=23) if f is spark else f
+            msgspec.structs.replace(f, running=417, staging=23) if f is spark else f
             for f in state.frameworks
         ),
-        agents=tuple(dataclasses.replace(a, tasks=311 + i) for i, a in enumerate(state.agents)),
+        agents=tuple(msgspec.structs.replace(a, tasks=311 + i) for i, a in enumerate(state.agents)),
     )
     out = _text(render(counted, history, [], (160, None), now=NOW))
     spark_row = next(line for line in out.splitlines() if "spark" in line)
@@ -412,7 +412,7 @@ def test_a_partial_reply_that_holds_everything_reads_as_a_full_one() -> None:
 def test_the_agents_to_see_are_listed_before_the_busiest() -> None:
     busy = tuple(_agent(n, alloc="cpus:4") for n in range(1, 30))
     lost = _agent(99, status="UNREACHABLE")
-    state = dataclasses.replace(_state(), agents=(*busy, lost))
+    state = msgspec.structs.replace(_state(), agents=(*busy, lost))
     out = _text(render(state, History(), [], (160, 24), now=NOW))
     assert "host-99" in out
 
@@ -453,7 +453,7 @@ def test_a_big_clusters_query_filters_the_focused_table() -> None:
 def test_a_10000_agent_cluster_gets_a_limited_query() -> None:
     agents = tuple(_agent(n) for n in range(10_000))
     top = TopState()
-    top.update(dataclasses.replace(_state(), agents=agents), NOW)
+    top.update(msgspec.structs.replace(_state(), agents=agents), NOW)
     query = top.next_query((200, 60))
     assert query.agents_limit is not None and query.agents_limit <= MAX_LIMIT
     assert query.tasks_limit is not None and query.tasks_limit <= MAX_LIMIT
@@ -472,7 +472,7 @@ def test_diff_of_partial_replies_invents_no_registered_or_removed_agents() -> No
     assert texts == ["agent host-4 became UNREACHABLE", "task t-new-fail FAILED: exit 1"]
     assert diff_states(after, after, NOW) == []  # once
     # a full reply after a partial one (the cluster shrank): still no made-up news
-    full = dataclasses.replace(_state(), agents=(_agent(1), _agent(5)))
+    full = msgspec.structs.replace(_state(), agents=(_agent(1), _agent(5)))
     assert [e.text for e in diff_states(after, full, NOW)] == []
     # frameworks are always all there: their events stay
     gone = _partial(frameworks=after.frameworks[:1])
@@ -489,7 +489,7 @@ def test_rows_that_enter_a_moved_window_are_not_news() -> None:
     assert list(top.events) == []
     # the same window next poll: a drain and a task's end are news again
     later = _partial(
-        agents=(dataclasses.replace(_agent(4, status="UNREACHABLE"), draining=True),),
+        agents=(msgspec.structs.replace(_agent(4, status="UNREACHABLE"), draining=True),),
         tasks=(failed, _task("t-done", TaskState.FINISHED, NOW + 2)),
     )
     top.update(later, NOW + 2, GetState(agents_limit=20, tasks_limit=20, tasks_filter="fail"))

@@ -9,10 +9,10 @@ fields take their defaults. Both the frame codec (``encode``/``decode``) and the
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, ClassVar, get_type_hints
 
 import msgpack
+import msgspec
 import pytest
 from agora.sdk.codec import decode, encode, pack_record, unpack_record
 from agora.sdk.errors import ProtocolError
@@ -36,37 +36,35 @@ def _without(cls: type[Record], *dropped: str) -> type[Record]:
     """``cls`` as a release before ``dropped`` were added declared it (same NAME, if any)."""
     hints = get_type_hints(cls, include_extras=True)
     spec: list[Any] = []
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+    for f in msgspec.structs.fields(cls):
         if f.name in dropped:
             continue
-        if f.default is not dataclasses.MISSING:
-            spec.append((f.name, hints[f.name], dataclasses.field(default=f.default)))
-        elif f.default_factory is not dataclasses.MISSING:
-            spec.append(
-                (f.name, hints[f.name], dataclasses.field(default_factory=f.default_factory))
-            )
+        if f.default is not msgspec.NODEFAULT:
+            spec.append((f.name, hints[f.name], f.default))
+        elif f.default_factory is not msgspec.NODEFAULT:
+            spec.append((f.name, hints[f.name], msgspec.field(default_factory=f.default_factory)))
         else:
             spec.append((f.name, hints[f.name]))
-    assert len(spec) == len(dataclasses.fields(cls)) - len(dropped)  # type: ignore[arg-type]
+    assert len(spec) == len(msgspec.structs.fields(cls)) - len(dropped)
     ns = {"NAME": getattr(cls, "NAME", None)} if issubclass(cls, Message) else {}
-    return dataclasses.make_dataclass(
+    old: type[Record] = msgspec.defstruct(
         f"Old{cls.__name__}",
         spec,
         bases=(cls.__mro__[1],),
         namespace=ns,
         frozen=True,
-        slots=True,
         kw_only=True,
     )
+    return old
 
 
 def _common(record: Record, other: type[Record]) -> dict[str, Any]:
-    names = {f.name for f in dataclasses.fields(other)}  # type: ignore[arg-type]
+    names = {f.name for f in msgspec.structs.fields(other)}
     return {k: v for k, v in _fields(record).items() if k in names}
 
 
 def _fields(record: Record) -> dict[str, Any]:
-    return {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}  # type: ignore[arg-type]
+    return {f.name: getattr(record, f.name) for f in msgspec.structs.fields(record)}
 
 
 MASTER = MasterInfo(master_id="m1", address="tcp://m:5050", epoch=4)
@@ -109,15 +107,13 @@ def test_a_newer_peer_decodes_an_older_frame() -> None:
 # ---- a nested record one version ahead: a field added deep inside a status update ---------------
 
 
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class NewerTaskStatus(TaskStatus):
+class NewerTaskStatus(TaskStatus, frozen=True, kw_only=True):
     """TaskStatus as a later release might extend it: a new optional field."""
 
     container_id: ShortStr | None = None
 
 
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class NewerStatusUpdate(Record):
+class NewerStatusUpdate(Record, frozen=True, kw_only=True):
     framework_id: str
     status: NewerTaskStatus
     latest_state: TaskState | None = None
@@ -125,8 +121,7 @@ class NewerStatusUpdate(Record):
     batch: int = 0
 
 
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class NewerStatusUpdateMessage(Message):
+class NewerStatusUpdateMessage(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "STATUS_UPDATE_NEWER"
     update: NewerStatusUpdate
     priority: int = 0

@@ -8,9 +8,9 @@ and keep its resource accounting exact.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
+import msgspec
 from agora.sdk.messages import Message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -37,14 +37,14 @@ def _aim(h: Harness, msg: Message, pick: int) -> Message:
     frameworks = sorted(st.frameworks)
     agents = sorted(st.agents)
     offers = sorted(st.offers)
-    names = {f.name for f in dataclasses.fields(msg)}
+    names = {f.name for f in msgspec.structs.fields(msg)}
     if "framework_id" in names and frameworks:
         real["framework_id"] = frameworks[pick % len(frameworks)]
     if "agent_id" in names and agents:
         real["agent_id"] = agents[pick % len(agents)]
     if "offer_ids" in names and offers:
         real["offer_ids"] = tuple(offers[pick % len(offers) :][:2])
-    return dataclasses.replace(msg, **real) if pick % 3 else msg
+    return msgspec.structs.replace(msg, **real) if pick % 3 else msg
 
 
 def _check_accounting(h: Harness) -> None:

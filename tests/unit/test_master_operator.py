@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import msgpack
+import msgspec
 from agora.master.core import MasterConfig
 from agora.sdk import codec
 from agora.sdk.ids import FrameworkID, TaskID
@@ -130,4 +129,4 @@ def test_the_state_says_whether_the_master_runs_without_curve() -> None:
     name, version, epoch, body = msgpack.unpackb(codec.encode(insecure), use_list=False)
     del body["insecure"]
     older = msgpack.packb((name, version, epoch, body), use_bin_type=True)
-    assert codec.decode(older).message == dataclasses.replace(insecure, insecure=False)
+    assert codec.decode(older).message == msgspec.structs.replace(insecure, insecure=False)

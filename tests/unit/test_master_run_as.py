@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from agora.master.core import MasterConfig, Send
 from agora.master.core.run_as import RunAsPolicy
 from agora.sdk.ids import FrameworkID, OfferID, TaskID
@@ -19,6 +17,7 @@ from agora.sdk.messages import (
     Subscribed,
     TaskState,
 )
+from msgspec.structs import replace
 from support.master_kit import Harness, of_type, offers_in, only, sent_to, task_info, updates_in
 
 POLICY = RunAsPolicy(users={"mallory": ("nobody",), "ops": ("*",)})

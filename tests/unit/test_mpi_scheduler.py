@@ -3,12 +3,12 @@ members, the relay between rank 0 and the others, output, and how attempts end a
 
 from __future__ import annotations
 
-import dataclasses
 import io
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
+import msgspec
 import pytest
 from agora.frameworks.mpi.job import MpiJob
 from agora.frameworks.mpi.protocol import UNREACHABLE, decode, encode
@@ -149,7 +149,7 @@ def test_registered_requests_one_gang() -> None:
 
 def test_plain_offers_are_declined() -> None:
     rig = Rig()
-    plain = [dataclasses.replace(o, gang_id=None) for o in rig.bundle()]
+    plain = [msgspec.structs.replace(o, gang_id=None) for o in rig.bundle()]
     rig.sched.offers(rig.driver, plain)
     assert rig.driver.declines == [[str(o.offer_id) for o in plain]]
     assert not rig.driver.accepts
@@ -484,7 +484,7 @@ def test_no_watchdog_without_a_timeout() -> None:
 def test_the_rank0_agents_configured_interface_wins_over_the_flag() -> None:
     rig = Rig(agents=2)
     bundle = [
-        dataclasses.replace(o, attributes={"mpi_interface": "eth1"} if i == 0 else {})
+        msgspec.structs.replace(o, attributes={"mpi_interface": "eth1"} if i == 0 else {})
         for i, o in enumerate(rig.bundle())
     ]
     rig.sched.offers(rig.driver, bundle)
