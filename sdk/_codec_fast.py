@@ -6,7 +6,7 @@ schemas into msgspec types (bounds as ``msgspec.Meta``) and decodes valid frames
 whatever msgspec rejects goes to the reference decoder, which explains it (or, should the two
 ever disagree, decides).
 
-msgspec reads a record's (a Struct's) fields from its annotations, so while the decoders are built each
+msgspec reads a record's fields from its annotations, so while the decoders are built each
 record class carries annotations made from its schema (then gets its own back); msgspec keeps
 what it read. Ids (``str`` subclasses), Resources and ACCEPT's operation unions are custom types
 that msgspec hands to :func:`_dec_hook`; a Resources value is parsed once per distinct wire form

@@ -14,7 +14,6 @@ Unannotated fields get the defaults below. The codec enforces the bounds on enco
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Annotated, ClassVar, Final
 
 import msgspec
@@ -46,22 +45,19 @@ DEFAULT_MAX_MAP_ITEMS: Final = 1024  # Mapping[str, str] entries
 DAY: Final = 86_400.0  # seconds
 
 
-@dataclass(frozen=True, slots=True)
-class MaxLen:
+class MaxLen(msgspec.Struct, frozen=True):
     """Most characters of a str, or bytes of a bytes value."""
 
     n: int
 
 
-@dataclass(frozen=True, slots=True)
-class MaxItems:
+class MaxItems(msgspec.Struct, frozen=True):
     """Most items of a tuple, or entries of a mapping."""
 
     n: int
 
 
-@dataclass(frozen=True, slots=True)
-class Range:
+class Range(msgspec.Struct, frozen=True):
     """Inclusive bounds of an int or float (``lo_open``: the lower bound itself is excluded)."""
 
     lo: float | None = None

@@ -9,7 +9,6 @@ from __future__ import annotations
 import enum
 import types
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Annotated, TypeAlias, Union, get_args, get_origin, get_type_hints
 
 import msgspec
@@ -52,75 +51,62 @@ INT_RANGE = Range(-(2**63), 2**63 - 1)  # what msgpack carries as a signed integ
 ANY_FLOAT = Range()
 
 
-@dataclass(frozen=True, slots=True)
-class StrKind:
+class StrKind(msgspec.Struct, frozen=True):
     max_len: int
     wrap: type[str] | None = None  # an agora.sdk.ids type to build on decode
 
 
-@dataclass(frozen=True, slots=True)
-class IntKind:
+class IntKind(msgspec.Struct, frozen=True):
     range: Range = INT_RANGE
 
 
-@dataclass(frozen=True, slots=True)
-class FloatKind:
+class FloatKind(msgspec.Struct, frozen=True):
     range: Range = ANY_FLOAT
 
 
-@dataclass(frozen=True, slots=True)
-class BoolKind:
+class BoolKind(msgspec.Struct, frozen=True):
     pass
 
 
-@dataclass(frozen=True, slots=True)
-class BytesKind:
+class BytesKind(msgspec.Struct, frozen=True):
     max_len: int
 
 
-@dataclass(frozen=True, slots=True)
-class EnumKind:
+class EnumKind(msgspec.Struct, frozen=True):
     enum: type[enum.Enum]
 
 
-@dataclass(frozen=True, slots=True)
-class ResourcesKind:
+class ResourcesKind(msgspec.Struct, frozen=True):
     pass
 
 
-@dataclass(frozen=True, slots=True)
-class OptionalKind:
+class OptionalKind(msgspec.Struct, frozen=True):
     inner: Kind
 
 
-@dataclass(frozen=True, slots=True)
-class TupleKind:
+class TupleKind(msgspec.Struct, frozen=True):
     item: Kind
     max_items: int
 
 
-@dataclass(frozen=True, slots=True)
-class MapKind:
+class MapKind(msgspec.Struct, frozen=True):
     key: StrKind
     value: StrKind
     max_items: int
 
 
-@dataclass(frozen=True, slots=True)
-class FieldSchema:
+class FieldSchema(msgspec.Struct, frozen=True):
     name: str
     kind: Kind
     required: bool
 
 
-@dataclass(frozen=True, slots=True)
-class RecordKind:
+class RecordKind(msgspec.Struct, frozen=True):
     cls: type[Record]
     fields: tuple[FieldSchema, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class UnionKind:
+class UnionKind(msgspec.Struct, frozen=True):
     """One of several records, told apart on the wire by a "type" key holding the class's TYPE."""
 
     variants: tuple[RecordKind, ...]
