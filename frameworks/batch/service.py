@@ -157,11 +157,9 @@ class BatchService(Scheduler):
             self._last_flush = asyncio.get_running_loop().time()
         try:
             jobs, tasks = self.core.take_dirty()
-            if jobs or tasks:
-                self.store.save(jobs, tasks)
             usage = self.core.fairshare.take_changed(self.clock())
-            if usage:
-                self.store.save_usage(usage)
+            if jobs or tasks or usage:
+                self.store.save(jobs, tasks, usage)  # one transaction: one fsync per flush
         except Exception as exc:
             log.exception("batch_store_failed")
             self.failed = exc

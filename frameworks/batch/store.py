@@ -118,6 +118,10 @@ _UPSERT_JOB: Final = (
     "ON CONFLICT (job_id) DO UPDATE SET "
     + ", ".join(f"{c} = excluded.{c}" for c in _JOB_STATE_COLUMNS)
 )
+_UPSERT_USAGE: Final = (
+    "INSERT INTO usage (user, usage, as_of) VALUES (?, ?, ?) "
+    "ON CONFLICT(user) DO UPDATE SET usage = excluded.usage, as_of = excluded.as_of"
+)
 
 _TASK_STATES: Final = {s.value: s for s in TaskState}  # faster than TaskState(value)
 _ACTIVE_JOB_STATES: Final = tuple(s.value for s in JobState if not s.terminal)
@@ -213,17 +217,29 @@ class JobStore:
         new.job_id = job_id
         return new, tasks
 
-    def save(self, jobs: Iterable[JobRecord], tasks: Iterable[TaskRecord]) -> None:
-        """Upsert every record in one transaction (a job's spec is never rewritten)."""
+    def save(
+        self,
+        jobs: Iterable[JobRecord],
+        tasks: Iterable[TaskRecord],
+        usage: Mapping[str, tuple[float, float]] | None = None,
+    ) -> None:
+        """Upsert every record, and the fair-share ``usage`` of the users in it (see
+        :meth:`save_usage`), in one transaction: one commit, one fsync, for a whole group of
+        changes (a job's spec is never rewritten)."""
         job_list = list(jobs)
         task_iter = iter(tasks)
         first = next(task_iter, None)
-        if not job_list and first is None:
+        usage_rows = _usage_rows(usage) if usage else []
+        if not job_list and first is None and not usage_rows:
             return
         task_rows = map(_task_row, task_iter if first is None else chain((first,), task_iter))
         with self._write():
-            self._conn.executemany(_UPSERT_JOB, map(_job_row, job_list))
-            self._conn.executemany(_INSERT_TASK, task_rows)
+            if job_list:
+                self._conn.executemany(_UPSERT_JOB, map(_job_row, job_list))
+            if first is not None:
+                self._conn.executemany(_INSERT_TASK, task_rows)
+            if usage_rows:
+                self._conn.executemany(_UPSERT_USAGE, usage_rows)
 
     # ------------------------------------------------------------------ reads
 
@@ -356,15 +372,11 @@ class JobStore:
 
     def save_usage(self, usage: Mapping[str, tuple[float, float]]) -> None:
         """Store the usage of the users in ``usage``; the others' stays as it was."""
-        rows = [(user, float(u), float(as_of)) for user, (u, as_of) in usage.items()]
+        rows = _usage_rows(usage)
         if not rows:
             return
         with self._write():
-            self._conn.executemany(
-                "INSERT INTO usage (user, usage, as_of) VALUES (?, ?, ?) "
-                "ON CONFLICT(user) DO UPDATE SET usage = excluded.usage, as_of = excluded.as_of",
-                rows,
-            )
+            self._conn.executemany(_UPSERT_USAGE, rows)
 
     # ------------------------------------------------------------------ transactions
 
@@ -437,6 +449,10 @@ def _prepare(conn: sqlite3.Connection, path: Path) -> None:
 
 def _task_columns(alias: str) -> str:
     return ", ".join(f"{alias}.{c}" for c in _TASK_COLUMNS.split(", "))
+
+
+def _usage_rows(usage: Mapping[str, tuple[float, float]]) -> list[tuple[str, float, float]]:
+    return [(user, float(u), float(as_of)) for user, (u, as_of) in usage.items()]
 
 
 def _zero_counts() -> dict[str, int]:
