@@ -23,6 +23,7 @@ from typing import TextIO
 from agora.frameworks.mpi.job import MpiJob
 from agora.frameworks.mpi.scheduler import MpiScheduler
 from agora.frameworks.mpi.setup import missing
+from agora.frameworks.mpi.visibility import unseen
 from agora.sdk.cli.common import (
     CliError,
     guard_handshake,
@@ -101,6 +102,10 @@ def cmd_mpirun(args: argparse.Namespace) -> int:
     command = list(args.program)
     if command and command[0] == "--":
         command = command[1:]
+    workdir = os.path.realpath(args.chdir or os.getcwd())
+    hidden = unseen(command, workdir, _runtime())
+    if hidden is not None:  # before anything starts: the ranks would each fail with a traceback
+        raise CliError(hidden)
     problems = missing()
     if problems:
         lines = "\n  ".join(problems)
@@ -116,7 +121,7 @@ def cmd_mpirun(args: argparse.Namespace) -> int:
             retries=args.retries,
             interface=args.interface,
             role=args.queue,
-            workdir=os.path.abspath(args.chdir or os.getcwd()),
+            workdir=workdir,
         )
     except ValueError as exc:
         raise CliError(str(exc), code=2) from None
@@ -128,6 +133,12 @@ def cmd_mpirun(args: argparse.Namespace) -> int:
         raise CliError(f"cannot write the job log {log_path}: {exc}") from None
     with log_file:
         return asyncio.run(_run(args, job, log_file))
+
+
+def _runtime() -> tuple[str, ...]:
+    """This Python's directories: agents (running it too) keep them visible in containers."""
+    found = {sys.prefix, sys.exec_prefix, sys.base_prefix, os.path.dirname(sys.executable)}
+    return tuple(sorted(p for p in found if os.path.isabs(p)))
 
 
 async def _run(args: argparse.Namespace, job: MpiJob, log_file: TextIO) -> int:
