@@ -27,13 +27,19 @@ import sys
 from typing import Any
 
 import msgpack
-import structlog
-from agora.frameworks.mpi.launch_server import LaunchServer
-from agora.frameworks.mpi.protocol import ProtocolError, decode, encode
-from agora.frameworks.mpi.remote import RemoteCommands, become_subreaper
-from agora.sdk.executor import Executor, ExecutorDriver, run_executor
-from agora.sdk.ids import TaskID
-from agora.sdk.messages import StatusSource, TaskInfo, TaskState, TaskStatus
+from agora.sdk._lean import import_structlog_without_rich
+
+# A member starts as a process on every gang agent for every job: what it imports is on the
+# path of each `agora mpirun` (structlog without rich for tracebacks, see agora.sdk._lean).
+import_structlog_without_rich()
+
+import structlog  # noqa: E402
+from agora.frameworks.mpi.launch_server import LaunchServer  # noqa: E402
+from agora.frameworks.mpi.protocol import ProtocolError, decode, encode  # noqa: E402
+from agora.frameworks.mpi.remote import RemoteCommands, become_subreaper  # noqa: E402
+from agora.sdk.executor import Executor, ExecutorDriver, run_executor  # noqa: E402
+from agora.sdk.ids import TaskID  # noqa: E402
+from agora.sdk.messages import StatusSource, TaskInfo, TaskState, TaskStatus  # noqa: E402
 
 __all__ = ["MemberExecutor", "main"]
 

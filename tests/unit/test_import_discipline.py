@@ -143,3 +143,13 @@ def test_the_executor_driver_imports_without_rich() -> None:
     names = imported_by("from agora.sdk.executor import Executor, run_executor")
     assert heavy_in(names) == []
     assert "structlog" in names
+
+
+def test_the_mpi_member_executor_imports_no_heavy_module() -> None:
+    # The agent starts one as a process on every gang agent of every `agora mpirun`: what it
+    # imports is on the path of each MPI job (structlog's rich tracebacks were ~60 ms of it).
+    names = imported_by("import agora.frameworks.mpi.executor")
+    assert heavy_in(names) == []
+    assert "structlog" in names and "agora.sdk.executor.driver" in names  # the path is there
+    for unneeded in ("agora.sdk.scheduler", "agora.sdk.cli", "agora.frameworks.mpi.scheduler"):
+        assert unneeded not in names, unneeded
