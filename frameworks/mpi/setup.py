@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from typing import Final
 
 __all__ = ["OPEN_MPI_HINT", "missing"]
@@ -68,16 +69,19 @@ def missing(python: str = sys.executable, *, timeout: float = 10.0) -> list[str]
     and that ``python`` can import mpi4py (in a subprocess bounded by ``timeout`` seconds).
     """
     problems: list[str] = []
-    tools = {name: shutil.which(name) for name in ("mpirun", "orted")}
-    absent = [name for name, path in tools.items() if path is None]
-    if absent:
-        problems.append(f"Open MPI: {', '.join(absent)} not on PATH; {OPEN_MPI_HINT}")
-    mpirun = tools["mpirun"]
-    if mpirun is not None:
-        wrong = _open_mpi_version(mpirun, timeout)
-        if wrong is not None:
-            problems.append(wrong)
-    code, text = _run([python, "-c", _IMPORT_MPI4PY], timeout)
+    # The two probes run side by side: both are on the path of every agora mpirun.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        mpi4py = pool.submit(_run, [python, "-c", _IMPORT_MPI4PY], timeout)
+        tools = {name: shutil.which(name) for name in ("mpirun", "orted")}
+        absent = [name for name, path in tools.items() if path is None]
+        if absent:
+            problems.append(f"Open MPI: {', '.join(absent)} not on PATH; {OPEN_MPI_HINT}")
+        mpirun = tools["mpirun"]
+        if mpirun is not None:
+            wrong = _open_mpi_version(mpirun, timeout)
+            if wrong is not None:
+                problems.append(wrong)
+        code, text = mpi4py.result()
     if code != 0:
         problems.append(f"mpi4py: {_MPI4PY_HINT} (not importable by {python}: {_last_line(text)})")
     return problems
