@@ -56,6 +56,7 @@ bench: $(STAMP)
 	$(BIN)/python tests/bench/containers.py --containers 1000
 	$(BIN)/python tests/bench/failover.py
 	$(BIN)/python tests/bench/batch.py --tasks 5000
+	$(BIN)/python tests/bench/batch_core.py --tasks 5000 --burst 100
 	$(BIN)/python tests/bench/mpi.py
 	$(BIN)/python tests/bench/state.py --agents 10000 --frameworks 50 --tasks 20000
 
