@@ -12,7 +12,7 @@ ACCEPT -> TASK_RUNNING percentiles of phase 2 (``launch_to_running_*``) and of p
 thousands of tasks queue behind each other (``loaded_launch_to_running_*``). Work dirs go on
 /dev/shm when it exists: file creation on this VM's disks is slow and erratic.
 
-    python tests/bench/throughput.py --tasks 5000
+    python tests/bench/throughput.py --tasks 5000 [--isolation posix]
 """
 
 from __future__ import annotations
@@ -213,6 +213,13 @@ def main() -> int:
         default=True,
         help="every link encrypted and authenticated with CURVE (the default), or not",
     )
+    parser.add_argument(
+        "--isolation",
+        choices=("default", "posix"),
+        default="default",
+        help="the agents' isolation: 'default' is what an agent picks by itself (as root: cgroups "
+        "and pid/mount namespaces), 'posix' is plain processes",
+    )
     args = parser.parse_args()
     configure_logging("console", "warning")
     bench = Bench(args.tasks, args.latency_tasks)
@@ -221,11 +228,14 @@ def main() -> int:
         cluster = LocalCluster(Path(tmp), agents=2, agent_resources=args.agent_resources)
         if args.curve:
             _with_curve(cluster, Path(tmp) / "keys")
+        if args.isolation == "posix":
+            cluster.agent_args = [*cluster.agent_args, "--isolation", "posix"]
         with cluster:
             cpu = asyncio.run(_run(cluster, bench, args.timeout))
     seconds = bench.last_finish - bench.first_launch
     result = {
         "curve": args.curve,
+        "isolation": args.isolation,
         "tasks": args.tasks,
         "seconds": round(seconds, 3),
         "tasks_per_s": round(args.tasks / seconds, 1) if seconds > 0 else None,
