@@ -266,6 +266,79 @@ class Containerizer:
         """Create the container and start ``argv`` in it; raises LaunchError (nothing is left
         behind then). ``join_network``: share that network namespace (``/proc/<pid>/ns/net``
         of a task group's first isolated member) rather than make one."""
+        spec, cgroup = self._build(
+            name,
+            argv,
+            env,
+            sandbox,
+            stdin,
+            stdout,
+            stderr,
+            resources,
+            info,
+            user,
+            hostname,
+            join_network,
+        )
+        try:
+            forkserver = self._forkserver
+            pid = forkserver.spawn(spec) if forkserver is not None else spawn(spec)
+        except BaseException:
+            if cgroup is not None:
+                Container(name, 0, cgroup, sandbox).destroy()
+            raise
+        return Container(name, pid, cgroup, self.sandbox_path(info, sandbox))
+
+    @property
+    def launches_async(self) -> bool:
+        """Whether :meth:`launch_async` sets containers up while the event loop goes on."""
+        return self._forkserver is not None
+
+    async def launch_async(
+        self,
+        name: str,
+        *,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        sandbox: str,
+        stdin: int,
+        stdout: int,
+        stderr: int,
+        resources: Resources,
+        info: ContainerInfo | None = None,
+        user: User | None = None,
+        hostname: str | None = None,
+    ) -> Container:
+        """:meth:`launch` through the fork server without blocking the event loop (several
+        containers are set up at once); needs a fork server. Cancelled, it leaves nothing."""
+        assert self._forkserver is not None, "launch_async needs a fork server"
+        spec, cgroup = self._build(
+            name, argv, env, sandbox, stdin, stdout, stderr, resources, info, user, hostname, None
+        )
+        try:
+            pid = await self._forkserver.spawn_async(spec)
+        except BaseException:
+            if cgroup is not None:
+                Container(name, 0, cgroup, sandbox).destroy()
+            raise
+        return Container(name, pid, cgroup, self.sandbox_path(info, sandbox))
+
+    def _build(
+        self,
+        name: str,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        sandbox: str,
+        stdin: int,
+        stdout: int,
+        stderr: int,
+        resources: Resources,
+        info: ContainerInfo | None,
+        user: User | None,
+        hostname: str | None,
+        join_network: str | None,
+    ) -> tuple[ContainerSpec, Cgroup | None]:
+        """The container's cgroup (created) and its launch spec; LaunchError (nothing left)."""
         problem = self.problem(info)
         if problem is not None:
             raise LaunchError(problem)
@@ -315,14 +388,7 @@ class Containerizer:
             keep_visible=self._runtime,
             agent_dir=self._agent_dir,
         )
-        try:
-            forkserver = self._forkserver
-            pid = forkserver.spawn(spec) if forkserver is not None else spawn(spec)
-        except BaseException:
-            if cgroup is not None:
-                Container(name, 0, cgroup, sandbox).destroy()
-            raise
-        return Container(name, pid, cgroup, self.sandbox_path(info, sandbox))
+        return spec, cgroup
 
     def recover(self, name: str, pid: int, sandbox: str) -> Container:
         """The container of a running process started by an earlier agent or executor."""

@@ -227,6 +227,51 @@ def spawn(spec: ContainerSpec, *, adopted_above: bool = False) -> int:
     Its exit status is the task's: the command's exit code, or 128+N when the command was killed
     by signal N inside a pid namespace. Raises ``LaunchError`` with the child's error text.
     """
+    pending = start(spec, adopted_above=adopted_above)
+    try:
+        report = _read_all(pending.report)
+    finally:
+        os.close(pending.report)
+    return pending.finish(report)
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """A container whose children are still setting it up: read ``report`` (a non-blocking
+    caller may poll it) to EOF, close it, then :meth:`finish` with what was read."""
+
+    spec: ContainerSpec
+    first: int
+    report: int
+    detach: bool
+
+    def finish(self, report: bytes) -> int:
+        """The pid to watch, or LaunchError (the children are reaped or killed then)."""
+        spec, first = self.spec, self.first
+        records = [r for r in report.split(b"\0") if r]
+        errors = [r[1:].decode(errors="replace") for r in records if r[:1] == b"E"]
+        for warning in (r[1:].decode(errors="replace") for r in records if r[:1] == b"W"):
+            _warn(warning, spec.argv[0])
+        if "pid" not in spec.namespaces and not self.detach:
+            if errors:
+                _reap(first)
+                raise LaunchError(errors[0])
+            return first
+        status = _reap(first)
+        inits = [int(r[1:]) for r in records if r[:1] == b"P"]
+        if not inits:
+            raise LaunchError(errors[0] if errors else f"container launch failed: status {status}")
+        if errors:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(inits[0], signal.SIGKILL)
+            _reap(inits[0])
+            raise LaunchError(errors[0])
+        return inits[0]
+
+
+def start(spec: ContainerSpec, *, adopted_above: bool = False) -> Pending:
+    """The first half of :func:`spawn`: fork the container's first child and return without
+    waiting for its setup, so that one process can set up several containers at once."""
     plan = _plan(spec, adopted_above)
     try:
         read_end, write_end = os.pipe()  # both O_CLOEXEC
@@ -245,29 +290,7 @@ def spawn(spec: ContainerSpec, *, adopted_above: bool = False) -> int:
         if plan.netns >= 0:
             os.close(plan.netns)
     os.close(write_end)
-    try:
-        report = _read_all(read_end)
-    finally:
-        os.close(read_end)
-    records = [r for r in report.split(b"\0") if r]
-    errors = [r[1:].decode(errors="replace") for r in records if r[:1] == b"E"]
-    for warning in (r[1:].decode(errors="replace") for r in records if r[:1] == b"W"):
-        _warn(warning, spec.argv[0])
-    if "pid" not in spec.namespaces and not plan.detach:
-        if errors:
-            _reap(first)
-            raise LaunchError(errors[0])
-        return first
-    status = _reap(first)
-    inits = [int(r[1:]) for r in records if r[:1] == b"P"]
-    if not inits:
-        raise LaunchError(errors[0] if errors else f"container launch failed: status {status}")
-    if errors:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(inits[0], signal.SIGKILL)
-        _reap(inits[0])
-        raise LaunchError(errors[0])
-    return inits[0]
+    return Pending(spec, first, read_end, plan.detach)
 
 
 def _warn(warning: str, argv0: str) -> None:

@@ -50,7 +50,12 @@ from agora.agent.containers.containerizer import container_name  # noqa: E402
 from agora.agent.executors.containment import TaskContainers  # noqa: E402
 from agora.agent.executors.health import HealthChecker, health_check_problem  # noqa: E402
 from agora.agent.executors.outcome import exit_message, kill_message  # noqa: E402
-from agora.agent.executors.tasks import RunAs, TaskProcess, TaskProcesses  # noqa: E402
+from agora.agent.executors.tasks import (  # noqa: E402
+    AsyncStarter,
+    RunAs,
+    TaskProcess,
+    TaskProcesses,
+)
 from agora.sdk.executor import (  # noqa: E402
     EXECUTOR_ENV_VARS,
     OUTPUT_LABEL,
@@ -113,6 +118,10 @@ class _Task:
     healthy: bool | None = None
     #: Why the executor itself killed it (health, group failure), for its terminal update.
     kill_reason: tuple[Reason, str] | None = None
+    #: ``preparing`` is its container's launch (not a fetch): a kill waits for its end.
+    launching: bool = False
+    #: A kill came while it was launching: it is killed (with its grace) once started.
+    kill_pending: bool = False
     started: bool = False
     done: bool = False
 
@@ -137,6 +146,8 @@ class CommandExecutor(Executor):
         self._containers: TaskContainers | None = None
         self._fetcher: Fetcher | None = None
         self._tasks: dict[TaskID, _Task] = {}
+        #: Containers being set up by the fork server (see _start_async).
+        self._launching = 0
         self._kill_grace: dict[TaskID, float] = {}
         #: Bytes of each task's stdout/stderr sent so far: the offset of the next chunk.
         self._streamed: dict[tuple[TaskID, str], int] = {}
@@ -192,9 +203,16 @@ class CommandExecutor(Executor):
     def kill_task(self, driver: ExecutorDriver, task_id: TaskID) -> None:
         processes = self._processes_of(driver)
         entry = self._tasks.get(task_id)
+        if entry is not None and entry.launching:
+            # Its container is being set up: killed as any started task once it is up.
+            entry.kill_pending = True
+            return
         if entry is not None and entry.preparing is not None:
             self._cancel_preparation(entry)
             return
+        self._kill(processes, task_id)
+
+    def _kill(self, processes: TaskProcesses, task_id: TaskID) -> None:
         process = processes.live.get(task_id)
         if process is None:
             log.info("kill_for_unknown_task", task_id=task_id)
@@ -207,6 +225,10 @@ class CommandExecutor(Executor):
     async def shutdown(self, driver: ExecutorDriver) -> None:
         processes = self._processes_of(driver)
         cap = shutdown_kill_grace(driver.environment.shutdown_grace_period)
+        # Containers being set up are let come up (bounded by the fork server's timeout), then
+        # killed with the others.
+        launches = [e.preparing for e in self._tasks.values() if e.launching and e.preparing]
+        await asyncio.gather(*launches, return_exceptions=True)
         for entry in list(self._tasks.values()):
             if entry.preparing is not None:
                 self._cancel_preparation(entry)
@@ -249,7 +271,17 @@ class CommandExecutor(Executor):
     def _prepare(self, entries: list[_Task]) -> None:
         """Fetch the tasks' URIs (if any), then start them together."""
         if not any(e.info.command is not None and e.info.command.uris for e in entries):
-            self._start(entries)
+            starter = self._async_starter(entries)
+            if starter is None:
+                self._start(entries)
+                return
+            # The container is set up by the fork server while this executor goes on with the
+            # next tasks (whose containers are set up at the same time).
+            entry = entries[0]
+            entry.launching = True
+            entry.preparing = asyncio.get_running_loop().create_task(
+                self._start_async(entry, starter)
+            )
             return
         job = asyncio.get_running_loop().create_task(self._fetch_then_start(entries))
         for entry in entries:
@@ -330,22 +362,76 @@ class CommandExecutor(Executor):
             self._update(entry.info.task_id, TaskState.RUNNING)
             self._watch_health(entry)
 
+    def _async_starter(self, entries: list[_Task]) -> AsyncStarter | None:
+        """How to start a lone task's container without blocking (None: start it in place)."""
+        if len(entries) != 1 or entries[0].group is not None or self._containers is None:
+            return None
+        return self._containers.async_starter(entries[0].info, entries[0].run_as)
+
+    async def _start_async(self, entry: _Task, starter: AsyncStarter) -> None:
+        processes = self._processes_of(None)
+        task = entry.info
+        command = task.command
+        assert command is not None
+        env = self._env_of(processes, task)
+        argv = (command.value or "",) if command.shell else command.argv
+        self._launching += 1
+        try:
+            await processes.spawn_async(
+                task.task_id,
+                argv,
+                env,
+                shell=command.shell,
+                stream=task.labels.get(OUTPUT_LABEL) == "1",
+                run_as=entry.run_as,
+                starter=starter,
+            )
+        except Exception as exc:  # OSError, the launcher's error: the task fails, we go on
+            entry.preparing, entry.launching = None, False
+            self._launching -= 1
+            log.warning("task_launch_failed", task_id=task.task_id, error=str(exc))
+            self._reap_strays()
+            error = f"Failed to launch the command: {exc}"
+            self._fail_before_start([entry], entry, error, _LAUNCH_FAILED, spawned=[])
+            return
+        except BaseException:  # cancelled (the executor is closing)
+            self._launching -= 1
+            raise
+        entry.preparing, entry.launching = None, False
+        self._launching -= 1
+        if not self._launching:
+            self._reap_strays()
+        entry.started = True
+        grace = task.kill_grace_period
+        self._kill_grace[task.task_id] = DEFAULT_KILL_GRACE_PERIOD if grace is None else grace
+        self._update(task.task_id, TaskState.RUNNING)
+        self._watch_health(entry)
+        if entry.kill_pending:
+            self._kill(processes, task.task_id)
+
+    def _env_of(self, processes: TaskProcesses, task: TaskInfo) -> dict[str, str]:
+        command = task.command
+        assert command is not None
+        env = dict(self._base_env)
+        env.update(command.environment)
+        env["AGORA_TASK_ID"] = task.task_id
+        host_sandbox = processes.sandbox_of(task.task_id)
+        if self._containers is not None:
+            env["AGORA_SANDBOX"] = self._containers.sandbox_path(task, host_sandbox)
+        else:
+            env["AGORA_SANDBOX"] = host_sandbox
+        return env
+
     def _spawn(
         self, processes: TaskProcesses, entry: _Task, network: str | None = None
     ) -> str | None:
         task = entry.info
         command = task.command
         assert command is not None
-        host_sandbox = processes.sandbox_of(task.task_id)
-        env = dict(self._base_env)
-        env.update(command.environment)
-        env["AGORA_TASK_ID"] = task.task_id
+        env = self._env_of(processes, task)
         starter = None
         if self._containers is not None:
-            env["AGORA_SANDBOX"] = self._containers.sandbox_path(task, host_sandbox)
             starter = self._containers.starter(task, entry.run_as, network)
-        else:
-            env["AGORA_SANDBOX"] = host_sandbox
         argv = (command.value or "",) if command.shell else command.argv
         try:
             processes.spawn(
@@ -609,6 +695,10 @@ class CommandExecutor(Executor):
     def _reap_strays(self) -> None:
         """Reap what was re-parented to us and has exited (not the health checks' probes)."""
         if self._processes is None or self._containers is None:
+            return
+        if self._launching:
+            # A container being set up may have been re-parented to us already (and even have
+            # exited): its pid is not known yet. Reaped once no launch is in flight.
             return
         probes = {pid for e in self._tasks.values() if e.health for pid in e.health.pids}
         self._processes.reap_strays(probes)

@@ -21,7 +21,7 @@ from agora.agent.containers.containerizer import (
 from agora.agent.containers.forkserver import ForkServer
 from agora.agent.containers.isolation import ContainerConfig
 from agora.agent.containers.launch import become_subreaper
-from agora.agent.executors.tasks import RunAs, Started, Starter
+from agora.agent.executors.tasks import AsyncStarter, RunAs, Started, Starter
 from agora.sdk.ids import FrameworkID, TaskID
 from agora.sdk.messages import Reason, TaskInfo
 
@@ -93,6 +93,44 @@ class TaskContainers:
                 user=run_as,
                 hostname=hostname,
                 join_network=join_network,
+            )
+            self._live[task.task_id] = container
+            return Started(container.pid, init=init)
+
+        return start
+
+    def async_starter(self, task: TaskInfo, run_as: RunAs | None) -> AsyncStarter | None:
+        """Like :meth:`starter`, but the container is set up by the fork server while the event
+        loop goes on (other tasks' containers are set up at the same time); None when ``task``
+        needs no container or there is no fork server."""
+        if not self._containerizer.isolates(task.container):
+            return None
+        if not self._containerizer.launches_async:
+            return None
+        name = container_name(self._framework_id, task.task_id)
+        hostname = host_name_for(task.task_id)
+        init = "pid" in self.config.namespaces
+
+        async def start(
+            argv: list[str],
+            env: Mapping[str, str],
+            sandbox: str,
+            stdin: int,
+            stdout: int,
+            stderr: int,
+        ) -> Started:
+            container = await self._containerizer.launch_async(
+                name,
+                argv=argv,
+                env=env,
+                sandbox=sandbox,
+                stdin=stdin,
+                stdout=stdout,
+                stderr=stderr,
+                resources=task.resources,
+                info=task.container,
+                user=run_as,
+                hostname=hostname,
             )
             self._live[task.task_id] = container
             return Started(container.pid, init=init)

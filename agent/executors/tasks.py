@@ -24,7 +24,7 @@ import contextlib
 import os
 import signal
 import subprocess
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
@@ -37,6 +37,7 @@ from agora.sdk.ids import TaskID
 __all__ = [
     "DRAIN_TIMEOUT",
     "GROUP_POLL_INTERVAL",
+    "AsyncStarter",
     "RunAs",
     "Started",
     "Starter",
@@ -74,6 +75,28 @@ class Started(NamedTuple):
 #: and the stdin/stdout/stderr descriptors; returns what it started. Raises OSError or the
 #: launcher's error to fail the launch.
 Starter = Callable[[list[str], Mapping[str, str], str, int, int, int], Started]
+
+
+#: A :data:`Starter` that awaits its process's start (the event loop goes on meanwhile).
+AsyncStarter = Callable[[list[str], Mapping[str, str], str, int, int, int], Awaitable[Started]]
+
+
+@dataclass(slots=True)
+class _Files:
+    """A task's open files before its process starts: ``out``/``err`` are the child's ends,
+    ``kept`` what the executor closes once the child holds them, ``opened`` everything."""
+
+    sandbox: str
+    out: int = -1
+    err: int = -1
+    kept: list[int] = field(default_factory=list)
+    opened: list[int] = field(default_factory=list)
+    streams: dict[int, _Stream] = field(default_factory=dict)
+
+    def close(self) -> None:
+        for fd in self.opened:
+            os.close(fd)
+        self.opened.clear()
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,41 +213,14 @@ class TaskProcesses:
         Raises OSError when the sandbox, its files or the process cannot be created; nothing of
         the task is left behind then (except its sandbox directory and files).
         """
-        if self._closed:
-            raise RuntimeError("TaskProcesses is closed")
-        if task_id in self._live:
-            raise ValueError(f"task {task_id} is already running")
-        sandbox = self.sandbox_of(task_id)
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(sandbox)
-        opened: list[int] = []
+        files = self._open_files(task_id, stream, run_as)
+        sandbox = files.sandbox
         try:
-            out = os.open(f"{sandbox}/stdout", _FILE_FLAGS, 0o644)
-            opened.append(out)
-            err = os.open(f"{sandbox}/stderr", _FILE_FLAGS, 0o644)
-            opened.append(err)
-            if run_as is not None:
-                os.chown(sandbox, run_as.uid, run_as.gid)
-                os.fchown(out, run_as.uid, run_as.gid)
-                os.fchown(err, run_as.uid, run_as.gid)
-            streams: dict[int, _Stream] = {}
-            child_out, child_err = out, err
-            if stream:
-                out_r, child_out = os.pipe()
-                opened += (out_r, child_out)
-                err_r, child_err = os.pipe()
-                opened += (err_r, child_err)
-                os.set_blocking(out_r, False)
-                os.set_blocking(err_r, False)
-                streams = {
-                    out_r: _Stream("stdout", out_r, out),
-                    err_r: _Stream("stderr", err_r, err),
-                }
             popen = None
             init = False
             if starter is not None:
                 args = shell_argv(argv[0]) if shell else list(argv)
-                pid, init = starter(args, env, sandbox, self._devnull, child_out, child_err)
+                pid, init = starter(args, env, sandbox, self._devnull, files.out, files.err)
             else:
                 if shell:
                     path, args = SHELL, ["sh", "-c", with_exec(argv[0])]
@@ -232,20 +228,96 @@ class TaskProcesses:
                     path = _which(argv[0], env.get("PATH", os.defpath), sandbox)
                     args = list(argv)
                 if run_as is None:
-                    pid = self._posix_spawn(path, args, env, sandbox, child_out, child_err)
+                    pid = self._posix_spawn(path, args, env, sandbox, files.out, files.err)
                 else:
-                    popen = self._popen(path, args, env, sandbox, child_out, child_err, run_as)
+                    popen = self._popen(path, args, env, sandbox, files.out, files.err, run_as)
                     pid = popen.pid
         except BaseException:
-            for fd in opened:
-                os.close(fd)
+            files.close()
             raise
-        # The child holds its ends now; keep only what the executor reads or tees into.
-        for fd in (child_out, child_err) if stream else (out, err):
-            os.close(fd)
-        process = TaskProcess(task_id, pid, sandbox, streams=streams, popen=popen, init=init)
+        return self._watch(task_id, files, Started(pid, init), popen)
+
+    async def spawn_async(
+        self,
+        task_id: TaskID,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        *,
+        shell: bool,
+        stream: bool,
+        starter: AsyncStarter,
+        run_as: RunAs | None = None,
+    ) -> TaskProcess:
+        """:meth:`spawn` through a starter that does not block the event loop (a container set
+        up by the fork server while other tasks' containers are). Same errors as spawn."""
+        files = self._open_files(task_id, stream, run_as)
         try:
-            process.pidfd = os.pidfd_open(pid)
+            args = shell_argv(argv[0]) if shell else list(argv)
+            started = await starter(args, env, files.sandbox, self._devnull, files.out, files.err)
+        except BaseException:
+            files.close()
+            raise
+        if self._closed or task_id in self._live:
+            files.close()
+            self._abandon(TaskProcess(task_id, started.pid, files.sandbox, init=started.init))
+            raise RuntimeError(f"task {task_id} cannot be watched: closed, or already running")
+        return self._watch(task_id, files, started, None)
+
+    def _open_files(self, task_id: TaskID, stream: bool, run_as: RunAs | None) -> _Files:
+        """The task's sandbox, its stdout and stderr files and, with ``stream``, pipes in front
+        of them. Raises OSError (nothing open is left then)."""
+        if self._closed:
+            raise RuntimeError("TaskProcesses is closed")
+        if task_id in self._live:
+            raise ValueError(f"task {task_id} is already running")
+        sandbox = self.sandbox_of(task_id)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(sandbox)
+        files = _Files(sandbox)
+        try:
+            out = os.open(f"{sandbox}/stdout", _FILE_FLAGS, 0o644)
+            files.opened.append(out)
+            err = os.open(f"{sandbox}/stderr", _FILE_FLAGS, 0o644)
+            files.opened.append(err)
+            if run_as is not None:
+                os.chown(sandbox, run_as.uid, run_as.gid)
+                os.fchown(out, run_as.uid, run_as.gid)
+                os.fchown(err, run_as.uid, run_as.gid)
+            files.out, files.err = out, err
+            files.kept = [out, err]
+            if stream:
+                out_r, files.out = os.pipe()
+                files.opened += (out_r, files.out)
+                err_r, files.err = os.pipe()
+                files.opened += (err_r, files.err)
+                os.set_blocking(out_r, False)
+                os.set_blocking(err_r, False)
+                files.streams = {
+                    out_r: _Stream("stdout", out_r, out),
+                    err_r: _Stream("stderr", err_r, err),
+                }
+                files.kept = [files.out, files.err]
+        except BaseException:
+            files.close()
+            raise
+        return files
+
+    def _watch(
+        self,
+        task_id: TaskID,
+        files: _Files,
+        started: Started,
+        popen: subprocess.Popen[bytes] | None,
+    ) -> TaskProcess:
+        # The child holds its ends now; keep only what the executor reads or tees into.
+        for fd in files.kept:
+            os.close(fd)
+        streams = files.streams
+        process = TaskProcess(
+            task_id, started.pid, files.sandbox, streams=streams, popen=popen, init=started.init
+        )
+        try:
+            process.pidfd = os.pidfd_open(started.pid)
         except OSError:
             self._abandon(process)
             raise
