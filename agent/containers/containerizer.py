@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
@@ -28,6 +27,7 @@ from agora.agent.containers.launch import Bind, ContainerSpec, LaunchError, spaw
 from agora.sdk.images import ImageStore
 from agora.sdk.messages import ContainerInfo, Reason
 from agora.sdk.resources import Resources
+from agora.sdk.runtime import runtime_paths
 
 __all__ = [
     "AGENT_DIR_IN_ROOTFS",
@@ -91,18 +91,6 @@ def host_name_for(name: str) -> str:
 
 #: The character device major of NVIDIA GPUs (/dev/nvidia<minor>).
 NVIDIA_MAJOR: Final = 195
-
-
-def runtime_paths() -> tuple[str, ...]:
-    """Where this Python and Agora live: kept visible (read-only) in containers with a private
-    /tmp, so that an executor written with the SDK runs in one even if they live under /tmp."""
-    import agora.agent
-    import agora.sdk
-
-    found = {sys.prefix, sys.exec_prefix, sys.base_prefix, os.path.dirname(sys.executable)}
-    for package in (agora.sdk, agora.agent):
-        found.update(os.path.dirname(p) for p in package.__path__)
-    return tuple(sorted(p for p in found if os.path.isabs(p)))
 
 
 def gpu_deny_rules(config: ContainerConfig, visible: str | None) -> tuple[str, ...]:

@@ -34,6 +34,7 @@ from agora.sdk.cli.common import (
 from agora.sdk.discovery import agora_home
 from agora.sdk.messages import FrameworkInfo
 from agora.sdk.messages.enums import FrameworkCapability
+from agora.sdk.runtime import runtime_paths
 from agora.sdk.scheduler import SchedulerDriver
 
 __all__ = ["add_parser", "cmd_mpirun"]
@@ -103,7 +104,7 @@ def cmd_mpirun(args: argparse.Namespace) -> int:
     if command and command[0] == "--":
         command = command[1:]
     workdir = os.path.realpath(args.chdir or os.getcwd())
-    hidden = unseen(command, workdir, _runtime())
+    hidden = unseen(command, workdir, runtime_paths())
     if hidden is not None:  # before anything starts: the ranks would each fail with a traceback
         raise CliError(hidden)
     problems = missing()
@@ -133,12 +134,6 @@ def cmd_mpirun(args: argparse.Namespace) -> int:
         raise CliError(f"cannot write the job log {log_path}: {exc}") from None
     with log_file:
         return asyncio.run(_run(args, job, log_file))
-
-
-def _runtime() -> tuple[str, ...]:
-    """This Python's directories: agents (running it too) keep them visible in containers."""
-    found = {sys.prefix, sys.exec_prefix, sys.base_prefix, os.path.dirname(sys.executable)}
-    return tuple(sorted(p for p in found if os.path.isabs(p)))
 
 
 async def _run(args: argparse.Namespace, job: MpiJob, log_file: TextIO) -> int:

@@ -13,8 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from agora.agent.containers.containerizer import AGENT_DIR_IN_ROOTFS, runtime_paths
+from agora.agent.containers.containerizer import AGENT_DIR_IN_ROOTFS
 from agora.agent.containers.launch import ContainerSpec, become_subreaper, spawn
+from agora.sdk.runtime import runtime_paths
 from support.busybox import busybox_rootfs
 from support.polling import wait_for
 

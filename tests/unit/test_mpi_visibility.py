@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from agora.frameworks.mpi.visibility import script_of, unseen
+from agora.sdk.runtime import runtime_paths
 
 SHARED = "/work/project"
 
@@ -61,6 +62,16 @@ def test_shared_paths_and_the_kept_runtime_pass() -> None:
     venv = "/tmp/venv"
     assert unseen(["/tmp/venv/bin/python", "-m", "mpi4py", "app.py"], SHARED, (venv,)) is None
     assert unseen(["/tmp/venv/bin/python", "/tmp/x.py"], SHARED, (venv,)) is not None
+    # A checkout of Agora under /tmp is kept visible whole: running from inside it is fine.
+    assert unseen(["python", "ring.py"], "/tmp/checkout/examples", ("/tmp/checkout",)) is None
+
+
+def test_the_kept_runtime_holds_this_python_and_agoras_packages() -> None:
+    import agora.sdk
+
+    kept = runtime_paths()
+    assert sys.prefix in kept
+    assert all(os.path.dirname(p) in kept for p in agora.sdk.__path__)
 
 
 def test_the_cli_prints_one_line_and_submits_nothing(tmp_path: Path) -> None:

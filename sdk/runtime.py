@@ -1,0 +1,24 @@
+"""Where this Python and Agora live.
+
+Agents keep these directories visible (read-only) in containers whose /tmp is private, so that an
+executor written with the SDK runs in one even when the installation lives under /tmp; clients
+use the same list to tell which of a job's paths the containers will see.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+__all__ = ["runtime_paths"]
+
+
+def runtime_paths() -> tuple[str, ...]:
+    """This interpreter's prefixes and the directories holding Agora's packages, absolute."""
+    import agora.agent
+    import agora.sdk
+
+    found = {sys.prefix, sys.exec_prefix, sys.base_prefix, os.path.dirname(sys.executable)}
+    for package in (agora.sdk, agora.agent):
+        found.update(os.path.dirname(p) for p in package.__path__)
+    return tuple(sorted(p for p in found if os.path.isabs(p)))
