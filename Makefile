@@ -52,7 +52,8 @@ typecheck: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python tests/bench/allocator.py --agents 10000 --frameworks 1000
 	$(BIN)/python tests/bench/latency.py
-	$(BIN)/python tests/bench/throughput.py --tasks 5000
+	$(BIN)/python tests/bench/throughput.py --tasks 5000 --isolation default
+	$(BIN)/python tests/bench/throughput.py --tasks 5000 --isolation posix
 	$(BIN)/python tests/bench/containers.py --containers 1000
 	$(BIN)/python tests/bench/failover.py
 	$(BIN)/python tests/bench/batch.py --tasks 5000
