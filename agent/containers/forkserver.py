@@ -31,6 +31,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Final
 
 from agora.agent.containers import _mounts
+from agora.agent.containers.helper_process import MAX_REQUEST, grow_buffers, start_helper
 from agora.agent.containers.launch import ContainerSpec, LaunchError, Pending, start
 
 if TYPE_CHECKING:  # the server process does without asyncio (every fork copies what it loads)
@@ -38,7 +39,6 @@ if TYPE_CHECKING:  # the server process does without asyncio (every fork copies 
 
 __all__ = ["ForkServer", "main"]
 
-_MAX_REQUEST: Final = 4 * 1024 * 1024
 _SOCKET_FD: Final = 3
 #: Every request and its reply start with the request's number: replies come in the order the
 #: containers finish their setup, not the order they were asked for.
@@ -74,26 +74,13 @@ class ForkServer:
             sock.settimeout(self._timeout)
             self._sock = sock
             return sock
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        # One request is one datagram, environment and all: make room for a large one.
-        for sock in (ours, theirs):
-            _grow_buffers(sock)
-        try:
-            self._proc = subprocess.Popen(
-                [sys.executable, "-m", "agora.agent.containers.forkserver"],
-                stdin=subprocess.DEVNULL,
-                pass_fds=(theirs.fileno(),),
-                env={**os.environ, "AGORA_FORKSERVER_FD": str(theirs.fileno())},
-                close_fds=True,
-            )
-        except BaseException:
-            ours.close()
-            raise
-        finally:
-            theirs.close()
-        ours.settimeout(self._timeout)
-        self._sock = ours
-        return ours
+        self._sock, self._proc = start_helper(
+            [sys.executable, "-m", "agora.agent.containers.forkserver"],
+            os.environ,
+            "AGORA_FORKSERVER_FD",
+            self._timeout,
+        )
+        return self._sock
 
     def spawn(self, spec: ContainerSpec) -> int:
         """Like :func:`launch.spawn` (the caller must be a child subreaper); LaunchError. Replies
@@ -248,7 +235,7 @@ def prefork() -> None:
         return
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     for sock in (ours, theirs):
-        _grow_buffers(sock)
+        grow_buffers(sock)
     pid = os.fork()
     if pid == 0:
         code = 1
@@ -282,18 +269,6 @@ def _reap(pid: int, *, kill: bool, timeout: float = 2.0) -> None:
             delay = min(delay * 2, 0.05)
     except ChildProcessError:  # reaped by our own sweep of exited children
         pass
-
-
-def _grow_buffers(sock: socket.socket) -> None:
-    """Send and receive buffers of _MAX_REQUEST (root may exceed net.core.[rw]mem_max)."""
-    for force, plain in (
-        (getattr(socket, "SO_SNDBUFFORCE", None), socket.SO_SNDBUF),
-        (getattr(socket, "SO_RCVBUFFORCE", None), socket.SO_RCVBUF),
-    ):
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, force if force is not None else plain, _MAX_REQUEST)
-        except OSError:
-            sock.setsockopt(socket.SOL_SOCKET, plain, _MAX_REQUEST)
 
 
 def _serve(sock: socket.socket) -> None:
@@ -337,7 +312,7 @@ def _take_request(
 ) -> bool:
     """Start the container of one request (False: the socket is gone)."""
     try:
-        request, fds, _, _ = socket.recv_fds(sock, _MAX_REQUEST, 3)
+        request, fds, _, _ = socket.recv_fds(sock, MAX_REQUEST, 3)
     except OSError:
         return False
     if not request:

@@ -34,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from typing import Final
 
 import msgspec
+from agora.agent.containers.helper_process import MAX_REQUEST, start_helper
 
 __all__ = [
     "ENTRY",
@@ -58,7 +59,6 @@ _FD_VAR: Final = "AGORA_ZYGOTE_FD"
 _ENTRY_VAR: Final = "AGORA_ZYGOTE_ENTRY"
 #: Variables that shape the interpreter at its start: a fork cannot take new values of these.
 _INTERPRETER_PREFIXES: Final = ("PYTHON", "LD_", "MALLOC_", "GLIBC_")
-_MAX_REQUEST: Final = 4 * 1024 * 1024
 #: A fork takes milliseconds; the zygote's first reply waits for its imports.
 SPAWN_TIMEOUT: Final = 30.0
 
@@ -133,35 +133,16 @@ class ExecutorZygote:
                 self._start()
 
     def _start(self) -> socket.socket:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        for sock in (ours, theirs):
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _MAX_REQUEST)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _MAX_REQUEST)
         env = {
             **self._env,
-            _FD_VAR: str(theirs.fileno()),
             _ENTRY_VAR: self._entry,
             # Room in pieces: the kernel refuses any one string over 128 KiB (MAX_ARG_STRLEN).
             **{f"{_PAD_VAR}_{i}": "x" * _PAD_PIECE for i in range(ROOM // _PAD_PIECE)},
         }
-        try:
-            self._proc = subprocess.Popen(
-                # The last argument is room for the executor's command line.
-                [self._python, "-m", __name__, " " * 256],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                pass_fds=(theirs.fileno(),),
-                env=env,
-                close_fds=True,
-            )
-        except BaseException:
-            ours.close()
-            raise
-        finally:
-            theirs.close()
-        ours.settimeout(self._timeout)
-        self._sock = ours
-        return ours
+        # The last argument is room for the executor's command line.
+        argv = [self._python, "-m", __name__, " " * 256]
+        self._sock, self._proc = start_helper(argv, env, _FD_VAR, self._timeout)
+        return self._sock
 
     def spawn(
         self,
@@ -319,7 +300,7 @@ def _serve(sock: socket.socket, regions: tuple[int, ...]) -> None:
     decoder = msgspec.msgpack.Decoder(_Request)
     while True:
         try:
-            data, fds, _, _ = socket.recv_fds(sock, _MAX_REQUEST, 3)
+            data, fds, _, _ = socket.recv_fds(sock, MAX_REQUEST, 3)
         except OSError:
             return
         if not data:
