@@ -59,8 +59,9 @@ _FD_VAR: Final = "AGORA_ZYGOTE_FD"
 _ENTRY_VAR: Final = "AGORA_ZYGOTE_ENTRY"
 #: Variables that shape the interpreter at its start: a fork cannot take new values of these.
 _INTERPRETER_PREFIXES: Final = ("PYTHON", "LD_", "MALLOC_", "GLIBC_")
-#: A fork takes milliseconds; the zygote's first reply waits for its imports.
-SPAWN_TIMEOUT: Final = 30.0
+#: A fork takes milliseconds; the zygote's first reply waits for its imports. The agent's loop
+#: waits on it, so a zygote slower than this is killed and that executor started by exec.
+SPAWN_TIMEOUT: Final = 5.0
 
 
 class Declined(Exception):
