@@ -14,11 +14,10 @@ __all__ = ["runtime_paths"]
 
 
 def runtime_paths() -> tuple[str, ...]:
-    """This interpreter's prefixes and the directories holding Agora's packages, absolute."""
-    import agora.agent
+    """This interpreter's prefixes and the directory holding Agora's packages, absolute (the
+    SDK's parent: the agent, master and frameworks sit beside it, installed or checked out)."""
     import agora.sdk
 
     found = {sys.prefix, sys.exec_prefix, sys.base_prefix, os.path.dirname(sys.executable)}
-    for package in (agora.sdk, agora.agent):
-        found.update(os.path.dirname(p) for p in package.__path__)
+    found.update(os.path.dirname(p) for p in agora.sdk.__path__)
     return tuple(sorted(p for p in found if os.path.isabs(p)))

@@ -67,11 +67,13 @@ def test_shared_paths_and_the_kept_runtime_pass() -> None:
 
 
 def test_the_kept_runtime_holds_this_python_and_agoras_packages() -> None:
+    import agora.agent
     import agora.sdk
 
     kept = runtime_paths()
     assert sys.prefix in kept
-    assert all(os.path.dirname(p) in kept for p in agora.sdk.__path__)
+    for package in (agora.sdk, agora.agent):  # the agent's executors run from beside the SDK
+        assert all(os.path.dirname(p) in kept for p in package.__path__)
 
 
 def test_the_cli_prints_one_line_and_submits_nothing(tmp_path: Path) -> None:
