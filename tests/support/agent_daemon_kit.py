@@ -2,7 +2,8 @@
 
 The fake master is a ZmqServer speaking the master's side of the agent protocol: AGENT_REGISTERED,
 RUN_TASK, STATUS_UPDATE_ACK, KILL_TASK, PING. ``agent_process`` starts ``agora-agent`` on a work
-dir and kills, on exit, every process of it the test left (their pids are in the work dir).
+dir and kills, on exit, every process of it the test left: executors by the pid files in the work
+dir, tasks by the sandbox under it they started in.
 """
 
 from __future__ import annotations
@@ -244,7 +245,9 @@ def agent_process(tmp_path: Path, master: str, *extra: str) -> Iterator[AgentPro
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
-        for pid in pids_in(work_dir):
+        # Its executors (by their pid files), then its tasks: they run in sessions of their own,
+        # and with the agent killed nobody else would (found by the sandbox they started in).
+        for pid in [*pids_in(work_dir), *started_in(work_dir)]:
             if ours(pid):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
@@ -258,6 +261,23 @@ def pids_in(work_dir: Path) -> list[int]:
         with contextlib.suppress(OSError, ValueError):
             pids.append(int(path.read_text().strip()))
     return pids
+
+
+def started_in(work_dir: Path) -> list[int]:
+    """Pids of the processes whose AGORA_SANDBOX lies under ``work_dir``."""
+    prefix = f"AGORA_SANDBOX={work_dir.resolve()}/".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                environ = f.read().split(b"\x00")
+        except OSError:
+            continue
+        if any(v.startswith(prefix) for v in environ):
+            found.append(int(entry))
+    return found
 
 
 def ours(pid: int) -> bool:
