@@ -31,7 +31,12 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Final
 
 from agora.agent.containers import _mounts
-from agora.agent.containers.helper_process import MAX_REQUEST, grow_buffers, start_helper
+from agora.agent.containers.helper_process import (
+    MAX_REQUEST,
+    grow_buffers,
+    start_helper,
+    stop_helper,
+)
 from agora.agent.containers.launch import ContainerSpec, LaunchError, Pending, start
 
 if TYPE_CHECKING:  # the server process does without asyncio (every fork copies what it loads)
@@ -191,13 +196,7 @@ class ForkServer:
             _reap(self._forked, kill=kill)
             self._forked = 0
         if self._proc is not None:
-            if kill:
-                self._proc.kill()
-            try:
-                self._proc.wait(timeout=2)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+            stop_helper(self._proc, kill=kill)
             self._proc = None
 
 

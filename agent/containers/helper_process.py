@@ -13,7 +13,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Final
 
-__all__ = ["MAX_REQUEST", "grow_buffers", "start_helper"]
+__all__ = ["MAX_REQUEST", "grow_buffers", "start_helper", "stop_helper"]
 
 #: The largest request datagram: an environment and all.
 MAX_REQUEST: Final = 4 * 1024 * 1024
@@ -53,3 +53,15 @@ def start_helper(
         theirs.close()
     ours.settimeout(timeout)
     return ours, proc
+
+
+def stop_helper(proc: subprocess.Popen[bytes], *, kill: bool, timeout: float = 2.0) -> None:
+    """Wait for a helper whose socket was closed to exit (it exits then); ``kill``: SIGKILL it
+    first. One that is still there after ``timeout`` s is SIGKILLed and waited for as long."""
+    if kill:
+        proc.kill()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=timeout)

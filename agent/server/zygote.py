@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from typing import Final
 
 import msgspec
-from agora.agent.containers.helper_process import MAX_REQUEST, start_helper
+from agora.agent.containers.helper_process import MAX_REQUEST, start_helper, stop_helper
 
 __all__ = [
     "ENTRY",
@@ -192,13 +192,7 @@ class ExecutorZygote:
             self._sock.close()
             self._sock = None
         if self._proc is not None:
-            if kill:
-                self._proc.kill()
-            try:
-                self._proc.wait(timeout=2)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait(timeout=2)
+            stop_helper(self._proc, kill=kill)
             self._proc = None
 
 
