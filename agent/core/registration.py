@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 
 from agora.agent.core.state import AgentState
+from agora.sdk.batching import FEATURES
 from agora.sdk.messages import (
     AgentRegistered,
     AgentReregistered,
@@ -67,7 +68,7 @@ def tick_registration(st: AgentState, now: float) -> None:
 
 def _attempt(st: AgentState, now: float) -> None:
     if st.agent_id is None:
-        st.to_master(RegisterAgent(agent_info=st.agent_info))
+        st.to_master(RegisterAgent(agent_info=st.agent_info, features=FEATURES))
     else:
         st.to_master(reregister_message(st))
     delay = _spread(st.registration_backoff, f"{st.config.hostname}/{st.registration_attempts}")
@@ -108,6 +109,7 @@ def reregister_message(st: AgentState) -> ReregisterAgent:
         tasks=tuple(tasks),
         executors=executors,
         frameworks=frameworks,
+        features=FEATURES,
     )
 
 

@@ -75,12 +75,15 @@ from agora.agent.server.processes import (
 )
 from agora.agent.server.sandbox_gc import SandboxCollector
 from agora.agent.server.zygote import ExecutorZygote
+from agora.sdk.batching import BATCHES, coalesce, unbatch
 from agora.sdk.discovery import parse_masters
 from agora.sdk.history import History
 from agora.sdk.httpd import start_http
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID
 from agora.sdk.images import ImageStore
 from agora.sdk.messages import (
+    AgentRegistered,
+    AgentReregistered,
     ContainerUsage,
     Error,
     KillTask,
@@ -143,6 +146,8 @@ class AgentDaemon:
         self._work_dir = settings.work_dir
         self._outbox: deque[tuple[str | None, Message]] = deque()  # (None = master | peer, msg)
         self._outbox_ready = asyncio.Event()
+        #: The master said it reads batches (STATUS_UPDATES) when it last accepted this agent.
+        self._master_reads_batches = False
         self._stop = asyncio.Event()
         self._stop_reason = ""
         self._stopping = False
@@ -604,9 +609,12 @@ class AgentDaemon:
                 task_state=task.state.value if task is not None else None,
                 launched=task.launched if task is not None else None,
             )
-        if self._history.enabled:
-            self._history.from_master(message, received.epoch, self._core.state.master_epoch)
-        self._call("from_master", self._core.from_master, message, received.epoch, time.time())
+        elif isinstance(message, AgentRegistered | AgentReregistered):
+            self._master_reads_batches = BATCHES in message.master_info.features
+        for part in unbatch(message):
+            if self._history.enabled:
+                self._history.from_master(part, received.epoch, self._core.state.master_epoch)
+            self._call("from_master", self._core.from_master, part, received.epoch, time.time())
 
     def _from_executor(self, received: Received) -> None:
         message = received.message
@@ -625,6 +633,7 @@ class AgentDaemon:
         self._call("connected", self._core.connected, time.time())
 
     def _master_disconnected(self) -> None:
+        self._master_reads_batches = False  # until the next master says it does
         log.warning("master_disconnected", master=self._settings.master)
         self._call("disconnected", self._core.disconnected, time.time())
 
@@ -827,13 +836,22 @@ class AgentDaemon:
             await ready.wait()
             ready.clear()
             while outbox:
-                peer, message = outbox.popleft()
-                try:
-                    if peer is None:
-                        await client.send(message)
-                    elif not await server.send(peer, message):
-                        log.info("executor_unreachable", peer=peer, message=message.NAME)
-                except TransportClosed:
-                    return
-                except Exception:
-                    log.exception("send_failed", peer=peer, message=type(message).__name__)
+                if self._master_reads_batches and len(outbox) > 1:
+                    # Status updates queued together reach the master as one message.
+                    queued = list(outbox)
+                    outbox.clear()
+                    to_master = coalesce(m for peer, m in queued if peer is None)
+                    sends: list[tuple[str | None, Message]] = [(None, m) for m in to_master]
+                    sends += [(peer, m) for peer, m in queued if peer is not None]
+                else:
+                    sends = [outbox.popleft()]
+                for peer, message in sends:
+                    try:
+                        if peer is None:
+                            await client.send(message)
+                        elif not await server.send(peer, message):
+                            log.info("executor_unreachable", peer=peer, message=message.NAME)
+                    except TransportClosed:
+                        return
+                    except Exception:
+                        log.exception("send_failed", peer=peer, message=type(message).__name__)

@@ -28,6 +28,7 @@ from agora.master.core.config import MasterConfig
 from agora.master.core.prompt import prompt_allocation
 from agora.master.core.state import Agent, AgentStatus, Framework, MasterState
 from agora.master.registry import Registry
+from agora.sdk.batching import unbatch
 from agora.sdk.messages import (
     OPERATOR_CALLS,
     Accept,
@@ -131,6 +132,11 @@ class Master:
         messages allocates once for the burst, so a thousand finishing tasks make a few offers
         rather than a thousand small ones.
         """
+        for part in unbatch(message):  # a batch is handled as the messages it carries
+            self._dispatch(sender, part, now)
+        return self._finish(now, allocate)
+
+    def _dispatch(self, sender: Peer, message: Message, now: float) -> None:
         st = self._st
         if isinstance(message, Subscribe):
             frameworks.on_subscribe(st, sender, message, now)
@@ -161,7 +167,6 @@ class Master:
                     code=ErrorCode.BAD_REQUEST,
                 ),
             )
-        return self._finish(now, allocate)
 
     def committed(self, seq: int, now: float) -> list[Action]:
         """The registry operation of ``Propose(seq)`` is committed (and applied to the registry):

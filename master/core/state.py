@@ -16,6 +16,7 @@ from agora.master.allocator import Allocator
 from agora.master.core.actions import Action, Notice, Peer, Propose, Send
 from agora.master.core.config import MasterConfig
 from agora.master.registry import Operation, Registry
+from agora.sdk.batching import FEATURES
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, GangID, OfferID, TaskID
 from agora.sdk.messages import (
     AgentInfo,
@@ -201,7 +202,9 @@ class MasterState:
     @property
     def master_info(self) -> MasterInfo:
         c = self.config
-        return MasterInfo(master_id=c.master_id, address=c.address, epoch=c.epoch)
+        return MasterInfo(
+            master_id=c.master_id, address=c.address, epoch=c.epoch, features=FEATURES
+        )
 
     # --- registry ----------------------------------------------------------------------
     def propose(

@@ -25,8 +25,10 @@ import structlog
 import zmq
 from agora.master.core import Master, Send
 from agora.master.core.actions import Action, Propose
+from agora.master.server.batches import Batcher
 from agora.master.server.leadership import Leadership
 from agora.master.server.stats import BAD_FRAME_TOP_PEERS, DaemonStats
+from agora.sdk.batching import unbatch
 from agora.sdk.errors import ProtocolError
 from agora.sdk.history import History
 from agora.sdk.ids import new_kill_id
@@ -151,6 +153,10 @@ class MasterDaemon:
         #: Likewise for refused election traffic (one forger must not fill the log).
         self._refusal_log = KeyedLogLimiter(rate=3.0, burst=3, max_keys=256)
         self._lock = asyncio.Lock()
+        #: Updates and acknowledgements held to the end of a burst, for peers that read batches.
+        self._batcher = Batcher()
+        #: True while the receive loop handles a burst: held messages wait for its end.
+        self._in_burst = False
         self._stopped = asyncio.Event()
         #: peer -> monotonic time of its last frame; insertion order = least recently heard first.
         self._last_seen: dict[str, float] = {}
@@ -314,17 +320,23 @@ class MasterDaemon:
                 self._take(received)
             give_way = clock() + MAX_BATCH_SECONDS
             handled = 0
-            while backlog and handled < MAX_BATCH and clock() < give_way:
-                await self._dispatch(backlog.popleft())
-                handled += 1
+            self._in_burst = True
+            try:
+                while backlog and handled < MAX_BATCH and clock() < give_way:
+                    await self._dispatch(backlog.popleft())
+                    handled += 1
+            finally:
+                self._in_burst = False
             # One event-triggered allocation for the whole burst, not one per message.
             core = self._acting_core()
-            if core is not None:
-                async with self._lock:
+            async with self._lock:
+                if core is not None:
                     started = time.perf_counter()
                     actions = core.allocate_freed(self._clock())
                     self.stats.observe_allocation(time.perf_counter() - started)
                     await self._perform(actions)
+                else:
+                    await self._release_batches()
             if backlog or clock() - started >= MAX_BATCH_SECONDS:
                 await asyncio.sleep(0)  # let the election worker and the ticker run
 
@@ -336,8 +348,13 @@ class MasterDaemon:
             self._note_peer(received.peer)
             self.stats.messages_received += 1
             self._election(received.peer, message, received.principal)
-        else:
+            return
+        parts = unbatch(message) if message is not None else (None,)
+        if len(parts) == 1:
             self._backlog.append(received)
+        else:  # each message a batch carries is checked and handled on its own
+            peer, epoch, principal = received.peer, received.epoch, received.principal
+            self._backlog.extend(Received(peer, part, epoch, None, principal) for part in parts)
 
     def _note_peer(self, peer: str) -> None:
         seen = self._last_seen
@@ -449,6 +466,7 @@ class MasterDaemon:
             message = replace(message, kill_id=new_kill_id())  # from an older driver
         if type(message) in _LOGGED_CALLS:
             log.info(_LOGGED_CALLS[type(message)], peer=peer, **_fields(message))
+        self._batcher.heard(peer, message)
         async with self._lock:
             try:
                 actions = core.handle(peer, message, self._clock(), allocate=False)
@@ -553,6 +571,7 @@ class MasterDaemon:
                 break
             del seen[peer]
             self._election_peers.discard(peer)
+            self._batcher.forget(peer)
 
     async def _expire_peers(self, core: Master, now: float) -> None:
         seen = self._last_seen
@@ -569,6 +588,7 @@ class MasterDaemon:
             if self._debug:
                 log.debug("peer_silent", peer=peer)
             self._election_peers.discard(peer)
+            self._batcher.forget(peer)
             try:
                 actions = core.disconnected(peer, now)
             except Exception:
@@ -579,8 +599,11 @@ class MasterDaemon:
     # ------------------------------------------------------------------ sending
 
     async def _perform(self, actions: Iterable[Action]) -> None:
-        send = self._server.send
+        """Send what the core said, in order per peer. Updates and acknowledgements for peers
+        that read batches are held to the end of the receive loop's burst (or of this call,
+        outside one) and leave merged."""
         history = self._history
+        batcher = self._batcher
         local = self._local
         core = self._core
         if core is not None:
@@ -603,23 +626,37 @@ class MasterDaemon:
                 message = replace(message, masters=self._leadership.members())
             if type(message) in _LOGGED_EVENTS:
                 self._log_event(action)
-            try:
-                delivered = await send(action.to, message, action.epoch)
-            except (ProtocolError, zmq.ZMQError) as exc:
-                log.error("send_failed", peer=action.to, message=message.NAME, error=str(exc))
-                self.stats.messages_dropped += 1
+            if batcher.hold(action):
                 continue
-            if not delivered:
-                self.stats.messages_dropped += 1
-                if isinstance(message, KillTask):
-                    log.warning(
-                        "kill_undeliverable",
-                        peer=action.to,
-                        task_id=message.task_id,
-                        kill_id=message.kill_id,
-                    )
-                if self._debug:
-                    log.debug("undeliverable", peer=action.to, message=message.NAME)
+            if batcher.holding:
+                for earlier, epoch in batcher.release_for(action.to):
+                    await self._send(action.to, earlier, epoch)
+            await self._send(action.to, message, action.epoch)
+        if not self._in_burst:
+            await self._release_batches()
+
+    async def _release_batches(self) -> None:
+        for peer, message, epoch in self._batcher.release():
+            await self._send(peer, message, epoch)
+
+    async def _send(self, peer: str, message: Message, epoch: int) -> None:
+        try:
+            delivered = await self._server.send(peer, message, epoch)
+        except (ProtocolError, zmq.ZMQError) as exc:
+            log.error("send_failed", peer=peer, message=message.NAME, error=str(exc))
+            self.stats.messages_dropped += 1
+            return
+        if not delivered:
+            self.stats.messages_dropped += 1
+            if isinstance(message, KillTask):
+                log.warning(
+                    "kill_undeliverable",
+                    peer=peer,
+                    task_id=message.task_id,
+                    kill_id=message.kill_id,
+                )
+            if self._debug:
+                log.debug("undeliverable", peer=peer, message=message.NAME)
 
     async def _propose(self, action: Propose) -> None:
         """Replicate one registry change, then let the core that asked act on the outcome."""

@@ -36,7 +36,9 @@ from agora.sdk.messages.agent import (
     ShutdownExecutor,
     ShutdownFramework,
     StatusUpdateAck,
+    StatusUpdateAcks,
     StatusUpdateMessage,
+    StatusUpdates,
     UnregisterAgent,
 )
 from agora.sdk.messages.common import (
@@ -119,6 +121,7 @@ from agora.sdk.messages.operator import (
 from agora.sdk.messages.scheduler import (
     Accept,
     Acknowledge,
+    Acknowledgements,
     Decline,
     Error,
     Failure,
@@ -138,6 +141,7 @@ from agora.sdk.messages.scheduler import (
     Suppress,
     Teardown,
     Update,
+    Updates,
 )
 
 MESSAGE_TYPES: Final[Mapping[str, type[Message]]] = build_registry(
@@ -157,6 +161,7 @@ __all__ = [
     "URI",
     "Accept",
     "Acknowledge",
+    "Acknowledgements",
     "AgentInfo",
     "AgentRegistered",
     "AgentReregistered",
@@ -241,7 +246,9 @@ __all__ = [
     "StatusSource",
     "StatusUpdate",
     "StatusUpdateAck",
+    "StatusUpdateAcks",
     "StatusUpdateMessage",
+    "StatusUpdates",
     "Subscribe",
     "Subscribed",
     "Suppress",
@@ -257,6 +264,7 @@ __all__ = [
     "Update",
     "UpdateQuota",
     "UpdateWeights",
+    "Updates",
     "Volume",
     "VoteReply",
     "VoteRequest",

@@ -7,9 +7,11 @@ from typing import Annotated, ClassVar
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, TaskID
 from agora.sdk.messages._record import MaxItems, Message, ShortStr, Uuid
 from agora.sdk.messages.common import (
+    MAX_BATCH_ITEMS,
     AgentInfo,
     AgentTask,
     ExecutorInfo,
+    Features,
     FrameworkInfo,
     MasterInfo,
     StatusUpdate,
@@ -36,7 +38,9 @@ __all__ = [
     "ShutdownExecutor",
     "ShutdownFramework",
     "StatusUpdateAck",
+    "StatusUpdateAcks",
     "StatusUpdateMessage",
+    "StatusUpdates",
     "UnregisterAgent",
 ]
 
@@ -45,6 +49,8 @@ class RegisterAgent(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "REGISTER_AGENT"
     agent_info: AgentInfo
     version: ShortStr = ""
+    #: What this agent understands beyond the base protocol (see ``agora.sdk.batching``).
+    features: Features = ()
 
 
 class ReregisterAgent(Message, frozen=True, kw_only=True):
@@ -54,6 +60,7 @@ class ReregisterAgent(Message, frozen=True, kw_only=True):
     tasks: tuple[AgentTask, ...] = ()
     executors: tuple[ExecutorInfo, ...] = ()
     frameworks: tuple[FrameworkInfo, ...] = ()
+    features: Features = ()
 
 
 class AgentRegistered(Message, frozen=True, kw_only=True):
@@ -139,6 +146,21 @@ class StatusUpdateAck(Message, frozen=True, kw_only=True):
     agent_id: AgentID | None = None
 
 
+class StatusUpdates(Message, frozen=True, kw_only=True):
+    """Several STATUS_UPDATE messages in one, in order: agent -> a master announcing "batches"."""
+
+    NAME: ClassVar[str] = "STATUS_UPDATES"
+    updates: Annotated[tuple[StatusUpdate, ...], MaxItems(MAX_BATCH_ITEMS)]
+
+
+class StatusUpdateAcks(Message, frozen=True, kw_only=True):
+    """Several STATUS_UPDATE_ACK messages in one, in order: master -> an agent that registered
+    with "batches"."""
+
+    NAME: ClassVar[str] = "STATUS_UPDATE_ACKS"
+    acks: Annotated[tuple[StatusUpdateAck, ...], MaxItems(MAX_BATCH_ITEMS)]
+
+
 class FrameworkToExecutor(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "FRAMEWORK_TO_EXECUTOR"
     framework_id: FrameworkID
@@ -185,6 +207,8 @@ MESSAGES: tuple[type[Message], ...] = (
     ShutdownFramework,
     StatusUpdateMessage,
     StatusUpdateAck,
+    StatusUpdates,
+    StatusUpdateAcks,
     FrameworkToExecutor,
     ExecutorToFramework,
     ExitedExecutor,

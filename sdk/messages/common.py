@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, ClassVar, TypeAlias
+from typing import Annotated, ClassVar, Final, TypeAlias
 
 import msgspec
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, GangID, OfferID, TaskID
@@ -52,10 +52,20 @@ __all__ = [
 _MAX_GANG = 10_000
 
 
+#: Optional protocol features a peer says it understands (see ``agora.sdk.batching``); names it
+#: does not know are ignored, so neighbouring versions agree on what both have.
+Features = Annotated[tuple[ShortStr, ...], MaxItems(32)]
+#: Most items one batch message (UPDATES, ACKNOWLEDGEMENTS, STATUS_UPDATES, STATUS_UPDATE_ACKS)
+#: carries.
+MAX_BATCH_ITEMS: Final = 256
+
+
 class MasterInfo(Record, frozen=True, kw_only=True):
     master_id: ShortStr
     address: ShortStr
     epoch: Annotated[int, Range(0, 2**63 - 1)]
+    #: What this master understands beyond the base protocol.
+    features: Features = ()
 
 
 class FrameworkInfo(Record, frozen=True, kw_only=True):

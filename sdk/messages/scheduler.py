@@ -7,6 +7,8 @@ from typing import Annotated, ClassVar
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, GangID, OfferID, TaskID
 from agora.sdk.messages._record import MaxItems, Message, Range, ShortStr, Uuid
 from agora.sdk.messages.common import (
+    MAX_BATCH_ITEMS,
+    Features,
     Filters,
     FrameworkInfo,
     GangRequest,
@@ -22,6 +24,7 @@ __all__ = [
     "MESSAGES",
     "Accept",
     "Acknowledge",
+    "Acknowledgements",
     "Decline",
     "Error",
     "Failure",
@@ -41,6 +44,7 @@ __all__ = [
     "Suppress",
     "Teardown",
     "Update",
+    "Updates",
 ]
 
 _DEFAULT_FILTERS = Filters()  # refuse for 5 s
@@ -53,6 +57,8 @@ class Subscribe(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "SUBSCRIBE"
     framework_info: FrameworkInfo
     suppressed_roles: _Roles = ()
+    #: What this driver understands beyond the base protocol (``UPDATES`` with "batches").
+    features: Features = ()
 
 
 class Teardown(Message, frozen=True, kw_only=True):
@@ -116,6 +122,14 @@ class Acknowledge(Message, frozen=True, kw_only=True):
     uuid: Uuid
 
 
+class Acknowledgements(Message, frozen=True, kw_only=True):
+    """Several ACKNOWLEDGE calls in one message, in order; sent only to a master announcing
+    the "batches" feature."""
+
+    NAME: ClassVar[str] = "ACKNOWLEDGEMENTS"
+    acks: Annotated[tuple[Acknowledge, ...], MaxItems(MAX_BATCH_ITEMS)]
+
+
 class Reconcile(Message, frozen=True, kw_only=True):
     """Explicit reconciliation of ``tasks``; () asks for every task the master knows."""
 
@@ -163,6 +177,14 @@ class Update(Message, frozen=True, kw_only=True):
     status: TaskStatus
 
 
+class Updates(Message, frozen=True, kw_only=True):
+    """Several UPDATE events in one message, in order; sent only to a framework that subscribed
+    with the "batches" feature."""
+
+    NAME: ClassVar[str] = "UPDATES"
+    statuses: Annotated[tuple[TaskStatus, ...], MaxItems(MAX_BATCH_ITEMS)]
+
+
 class FrameworkMessage(Message, frozen=True, kw_only=True):
     """The MESSAGE event: opaque bytes from an executor."""
 
@@ -207,6 +229,7 @@ MESSAGES: tuple[type[Message], ...] = (
     Kill,
     Shutdown,
     Acknowledge,
+    Acknowledgements,
     Reconcile,
     SendMessage,
     Request,
@@ -214,6 +237,7 @@ MESSAGES: tuple[type[Message], ...] = (
     Offers,
     Rescind,
     Update,
+    Updates,
     FrameworkMessage,
     Failure,
     Error,

@@ -32,6 +32,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 import structlog
+from agora.sdk.batching import BATCHES, FEATURES, coalesce
 from agora.sdk.discovery import master_address, parse_masters
 from agora.sdk.errors import ProtocolError
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, OfferID, TaskID, new_kill_id
@@ -73,7 +74,9 @@ from agora.sdk.messages import (
     TaskStatus,
     Teardown,
     Update,
+    Updates,
 )
+from agora.sdk.messages.common import MAX_BATCH_ITEMS
 from agora.sdk.scheduler._backoff import RestartableWait
 from agora.sdk.scheduler.scheduler import Scheduler
 from agora.sdk.scheduler.spec import TaskSpec, task_infos_for
@@ -236,6 +239,7 @@ class SchedulerDriver:
             Offers: self._on_offers,
             Rescind: self._on_rescind,
             Update: self._on_update,
+            Updates: self._on_updates,
             FrameworkMessage: self._on_framework_message,
             Failure: self._on_failure,
             Error: self._on_error,
@@ -450,7 +454,11 @@ class SchedulerDriver:
         info = self._info
         if self.framework_id is not None:
             info = replace(info, framework_id=self.framework_id)
-        message = Subscribe(framework_info=info, suppressed_roles=tuple(sorted(self._suppressed)))
+        message = Subscribe(
+            framework_info=info,
+            suppressed_roles=tuple(sorted(self._suppressed)),
+            features=FEATURES,
+        )
         self._subscribe_wake.clear()
         self._subscribe_sent_gen = self._conn_gen
         try:
@@ -557,12 +565,27 @@ class SchedulerDriver:
             wake.clear()
             while out and self._subscribed:
                 message = out.popleft()
+                if type(message) is Acknowledge and out and type(out[0]) is Acknowledge:
+                    message = self._acknowledgements(message)
                 try:
                     await client.send(message)
                 except ProtocolError as exc:
                     log.error("unencodable_call", message=message.NAME, error=str(exc))
                 except TransportClosed:
                     return
+
+    def _acknowledgements(self, first: Acknowledge) -> Message:
+        """``first`` and the acknowledgements queued right behind it, as one message if the
+        master reads batches (the rest of a run over the batch limit stays queued)."""
+        info = self.master_info
+        if info is None or BATCHES not in info.features:
+            return first
+        out = self._outbox
+        run: list[Message] = [first]
+        while out and type(out[0]) is Acknowledge and len(run) < MAX_BATCH_ITEMS:
+            run.append(out.popleft())
+        (message,) = coalesce(run)
+        return message
 
     def _enqueue(self, message: Message) -> None:
         if self._stop_requested:
@@ -677,6 +700,10 @@ class SchedulerDriver:
     async def _on_rescind(self, m: Rescind) -> None:
         self._offers.pop(m.offer_id, None)
         await self._invoke("offer_rescinded", m.offer_id)
+
+    async def _on_updates(self, m: Updates) -> None:
+        for status in m.statuses:
+            await self._on_update(Update(status=status))
 
     async def _on_update(self, m: Update) -> None:
         status = m.status

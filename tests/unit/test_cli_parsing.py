@@ -184,7 +184,12 @@ def _reply() -> StateReply:
 
 def test_state_json_has_records_as_objects_enums_as_names_resources_as_dicts() -> None:
     doc = json.loads(json.dumps(state_json(_reply())))
-    assert doc["master_info"] == {"master_id": "m-1", "address": "tcp://127.0.0.1:5050", "epoch": 3}
+    assert doc["master_info"] == {
+        "master_id": "m-1",
+        "address": "tcp://127.0.0.1:5050",
+        "epoch": 3,
+        "features": [],
+    }
     (agent,) = doc["agents"]
     assert agent["hostname"] == "agent-1"
     assert agent["resources"] == {"cpus": 4, "mem": 4096, "ports": [[31000, 32000]]}

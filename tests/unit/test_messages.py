@@ -54,7 +54,7 @@ from agora.sdk.resources import Resources
 # Field names per message, copied from the contract (/tmp/spec/messages.md). The master, agent and
 # drivers are written against these names: a rename must fail here first.
 SPEC_FIELDS: dict[str, tuple[str, ...]] = {
-    "SUBSCRIBE": ("framework_info", "suppressed_roles"),
+    "SUBSCRIBE": ("framework_info", "suppressed_roles", "features"),
     "TEARDOWN": ("framework_id",),
     "ACCEPT": ("framework_id", "offer_ids", "operations", "filters"),
     "DECLINE": ("framework_id", "offer_ids", "filters"),
@@ -63,6 +63,7 @@ SPEC_FIELDS: dict[str, tuple[str, ...]] = {
     "KILL": ("framework_id", "task_id", "agent_id", "kill_id"),
     "SHUTDOWN": ("framework_id", "executor_id", "agent_id"),
     "ACKNOWLEDGE": ("framework_id", "agent_id", "task_id", "uuid"),
+    "ACKNOWLEDGEMENTS": ("acks",),
     "RECONCILE": ("framework_id", "tasks"),
     "MESSAGE": ("framework_id", "agent_id", "executor_id", "data"),
     "REQUEST": ("framework_id", "gangs"),
@@ -70,13 +71,21 @@ SPEC_FIELDS: dict[str, tuple[str, ...]] = {
     "OFFERS": ("offers",),
     "RESCIND": ("offer_id",),
     "UPDATE": ("status",),
+    "UPDATES": ("statuses",),
     "FRAMEWORK_MESSAGE": ("agent_id", "executor_id", "data"),
     "FAILURE": ("agent_id", "executor_id", "status"),
     "ERROR": ("message", "code"),
     "HEARTBEAT": (),
     "GANG_EXPIRED": ("gang_id", "message"),
-    "REGISTER_AGENT": ("agent_info", "version"),
-    "REREGISTER_AGENT": ("agent_id", "agent_info", "tasks", "executors", "frameworks"),
+    "REGISTER_AGENT": ("agent_info", "version", "features"),
+    "REREGISTER_AGENT": (
+        "agent_id",
+        "agent_info",
+        "tasks",
+        "executors",
+        "frameworks",
+        "features",
+    ),
     "AGENT_REGISTERED": ("agent_id", "master_info"),
     "AGENT_REREGISTERED": ("agent_id", "master_info"),
     "PING": ("connected",),
@@ -87,7 +96,9 @@ SPEC_FIELDS: dict[str, tuple[str, ...]] = {
     "SHUTDOWN_EXECUTOR": ("framework_id", "executor_id"),
     "SHUTDOWN_FRAMEWORK": ("framework_id",),
     "STATUS_UPDATE": ("update",),
+    "STATUS_UPDATES": ("updates",),
     "STATUS_UPDATE_ACK": ("framework_id", "task_id", "uuid", "agent_id"),
+    "STATUS_UPDATE_ACKS": ("acks",),
     "FRAMEWORK_TO_EXECUTOR": ("framework_id", "executor_id", "data"),
     "EXECUTOR_TO_FRAMEWORK": ("framework_id", "executor_id", "data", "agent_id"),
     "EXITED_EXECUTOR": ("framework_id", "executor_id", "status"),
@@ -152,7 +163,7 @@ SPEC_FIELDS: dict[str, tuple[str, ...]] = {
 }
 
 SPEC_RECORD_FIELDS: dict[str, tuple[str, ...]] = {
-    "MasterInfo": ("master_id", "address", "epoch"),
+    "MasterInfo": ("master_id", "address", "epoch", "features"),
     "FrameworkInfo": (
         "name",
         "user",

@@ -1,0 +1,87 @@
+"""The scheduler driver and batches: it announces that it reads UPDATES, hands each status in
+one to the scheduler in order, and acknowledges a run of updates with one ACKNOWLEDGEMENTS, but
+only to a master that announced it reads that."""
+
+from __future__ import annotations
+
+import pytest
+from agora.sdk.batching import BATCHES
+from agora.sdk.messages import (
+    Acknowledge,
+    Acknowledgements,
+    StatusUpdateAck,
+    Subscribe,
+    TaskState,
+    Updates,
+)
+from support.fake_master import FakeAgent, FakeMaster, eventually
+from test_scheduler_driver import Recorder, driver_for, run
+
+TASKS = ("t1", "t2", "t3")
+
+
+async def _send_updates(master: FakeMaster, agent: FakeAgent, framework_id: str) -> Updates:
+    """Three RUNNING updates, sent to the framework as one UPDATES."""
+    (peer,) = [p for p, m in master.received if isinstance(m, Subscribe)]
+    statuses = tuple(
+        agent.update(framework_id, t, TaskState.RUNNING).update.status  # type: ignore[arg-type]
+        for t in TASKS
+    )
+    batch = Updates(statuses=statuses)
+    await master.server.send(peer, batch, master.core.epoch)
+    return batch
+
+
+def test_updates_reach_the_scheduler_in_order_and_are_acknowledged_in_one_message() -> None:
+    async def main() -> None:
+        master = await FakeMaster.start()
+        agent = await master.add_agent("a1", "cpus:4;mem:4096")
+        sched = Recorder()
+        driver = driver_for(sched, master)
+        try:
+            await driver.start()
+            assert driver.framework_id is not None
+            (subscribe,) = master.of_type(Subscribe)
+            assert BATCHES in subscribe.features
+            batch = await _send_updates(master, agent, driver.framework_id)
+            await eventually(lambda: len(sched.statuses) == len(TASKS), "three statuses")
+            assert [s.task_id for s in sched.statuses] == list(TASKS)
+            await eventually(lambda: len(agent.of_type(StatusUpdateAck)) == len(TASKS), "acks")
+            (acks,) = master.of_type(Acknowledgements)
+            assert [(a.task_id, a.uuid) for a in acks.acks] == [
+                (s.task_id, s.uuid) for s in batch.statuses
+            ]
+            assert not master.of_type(Acknowledge)
+        finally:
+            driver.stop()
+            await driver.join()
+            await master.aclose()
+
+    run(main())
+
+
+def test_a_master_that_does_not_read_batches_gets_one_acknowledge_per_update(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import agora.master.core.state as master_state
+
+    monkeypatch.setattr(master_state, "FEATURES", ())  # a master from before batches
+
+    async def main() -> None:
+        master = await FakeMaster.start()
+        agent = await master.add_agent("a1", "cpus:4;mem:4096")
+        sched = Recorder()
+        driver = driver_for(sched, master)
+        try:
+            await driver.start()
+            assert driver.framework_id is not None
+            await _send_updates(master, agent, driver.framework_id)
+            await eventually(lambda: len(agent.of_type(StatusUpdateAck)) == len(TASKS), "acks")
+            assert [a.task_id for a in master.of_type(Acknowledge)] == list(TASKS)
+            assert not master.of_type(Acknowledgements)
+        finally:
+            driver.stop()
+            await driver.join()
+            await master.aclose()
+
+    run(main())
