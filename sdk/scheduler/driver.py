@@ -565,7 +565,7 @@ class SchedulerDriver:
             wake.clear()
             while out and self._subscribed:
                 message = out.popleft()
-                if type(message) is Acknowledge and out and type(out[0]) is Acknowledge:
+                if type(message) is Acknowledge and out:
                     message = self._acknowledgements(message)
                 try:
                     await client.send(message)
@@ -575,17 +575,22 @@ class SchedulerDriver:
                     return
 
     def _acknowledgements(self, first: Acknowledge) -> Message:
-        """``first`` and the acknowledgements queued right behind it, as one message if the
-        master reads batches (the rest of a run over the batch limit stays queued)."""
+        """``first`` and every acknowledgement queued behind it, as one message if the master
+        reads batches. They overtake the other calls queued between them, which keep their
+        order: an update acknowledged a little earlier is never wrong, and a scheduler that
+        launches as its tasks end interleaves its ACCEPTs with them."""
         info = self.master_info
         if info is None or BATCHES not in info.features:
             return first
         out = self._outbox
-        run: list[Message] = [first]
-        while out and type(out[0]) is Acknowledge and len(run) < MAX_BATCH_ITEMS:
-            run.append(out.popleft())
-        (message,) = coalesce(run)
-        return message
+        acks: list[Message] = [first]
+        others: list[Message] = []
+        while out and len(acks) < MAX_BATCH_ITEMS:
+            message = out.popleft()
+            (acks if type(message) is Acknowledge else others).append(message)
+        out.extendleft(reversed(others))
+        (merged,) = coalesce(acks)
+        return merged
 
     def _enqueue(self, message: Message) -> None:
         if self._stop_requested:

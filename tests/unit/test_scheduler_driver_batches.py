@@ -4,14 +4,18 @@ only to a master that announced it reads that."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from agora.sdk.batching import BATCHES
 from agora.sdk.messages import (
     Acknowledge,
     Acknowledgements,
+    Revive,
     StatusUpdateAck,
     Subscribe,
     TaskState,
+    TaskStatus,
     Updates,
 )
 from support.fake_master import FakeAgent, FakeMaster, eventually
@@ -79,6 +83,37 @@ def test_a_master_that_does_not_read_batches_gets_one_acknowledge_per_update(
             await eventually(lambda: len(agent.of_type(StatusUpdateAck)) == len(TASKS), "acks")
             assert [a.task_id for a in master.of_type(Acknowledge)] == list(TASKS)
             assert not master.of_type(Acknowledgements)
+        finally:
+            driver.stop()
+            await driver.join()
+            await master.aclose()
+
+    run(main())
+
+
+class Reviver(Recorder):
+    """Calls the master from its status callback, as a scheduler launching as tasks end does."""
+
+    def status_update(self, driver: Any, status: TaskStatus) -> None:
+        super().status_update(driver, status)
+        driver.revive()
+
+
+def test_acknowledgements_are_gathered_past_calls_queued_between_them() -> None:
+    async def main() -> None:
+        master = await FakeMaster.start()
+        agent = await master.add_agent("a1", "cpus:4;mem:4096")
+        sched = Reviver()
+        driver = driver_for(sched, master)
+        try:
+            await driver.start()
+            assert driver.framework_id is not None
+            await _send_updates(master, agent, driver.framework_id)
+            await eventually(lambda: len(agent.of_type(StatusUpdateAck)) == len(TASKS), "acks")
+            await eventually(lambda: len(master.of_type(Revive)) == len(TASKS), "the revives")
+            (acks,) = master.of_type(Acknowledgements)
+            assert [a.task_id for a in acks.acks] == list(TASKS)
+            assert not master.of_type(Acknowledge)
         finally:
             driver.stop()
             await driver.join()
