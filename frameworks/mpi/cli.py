@@ -96,7 +96,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--curve-secret-key", metavar="FILE", help="as for agora run")
     p.add_argument("--curve-server-key", metavar="FILE", help="as for agora run")
     p.add_argument("program", nargs=argparse.REMAINDER, metavar="-- PROGRAM ...")
-    p.set_defaults(func=cmd_mpirun)
+    # The job log is closed by then; the interpreter's teardown of its modules only costs time.
+    p.set_defaults(func=cmd_mpirun, fast_exit=True)
 
 
 def cmd_mpirun(args: argparse.Namespace) -> int:
