@@ -21,6 +21,13 @@ class MasterConfig:
     #: ids it mints. Fixed for the life of a core (a new term means a new core).
     epoch: int = 1
     allocation_interval: float = 1.0
+    #: The least time a framework's decline keeps the declined resources from it (a DECLINE, or
+    #: an ACCEPT without operations): a smaller ``refuse_seconds``, 0 included,
+    #: counts as this. The filter also lasts through the next batch allocation (see the
+    #: allocator), so a scheduler that declines everything cannot make the master offer the
+    #: same resources in a tight loop. What is left of an offer an ACCEPT did something with
+    #: comes back as the framework asked (launching is progress, not a spin).
+    min_refuse_seconds: float = 0.1
     #: Outstanding offers are rescinded after this long; ``None`` keeps them (Mesos default).
     offer_timeout: float | None = None
     heartbeat_interval: float = 15.0

@@ -34,7 +34,7 @@ __all__ = ["on_accept", "on_decline"]
 
 
 def on_decline(st: MasterState, fw: Framework, msg: Decline, now: float) -> None:
-    refuse = msg.filters.refuse_seconds
+    refuse = refusal(st, msg.filters.refuse_seconds)
     for offer_id in with_bundles(st, msg.offer_ids):
         offer = st.offers.get(offer_id)
         if offer is not None and offer.framework_id == fw.framework_id:
@@ -70,8 +70,19 @@ def on_accept(st: MasterState, fw: Framework, msg: Accept, now: float) -> None:
     launch = _Launch(st, fw, now, {oid: st.offers[oid] for oid in msg.offer_ids})
     for op in msg.operations:
         launch.apply(op)
+    # An ACCEPT without operations is a DECLINE and gets its floor; what is left of offers an
+    # ACCEPT did something with comes back as the framework asked (that is progress, not a spin).
+    refuse = (
+        msg.filters.refuse_seconds if msg.operations else refusal(st, msg.filters.refuse_seconds)
+    )
     for offer_id, remaining in launch.remaining.items():
-        close_offer(st, offer_id, now, unused=remaining, refuse_seconds=msg.filters.refuse_seconds)
+        close_offer(st, offer_id, now, unused=remaining, refuse_seconds=refuse)
+
+
+def refusal(st: MasterState, refuse_seconds: float) -> float:
+    """How long declined resources stay away from the framework: at least the master's floor,
+    so that a scheduler declining everything with ``refuse_seconds=0`` cannot spin the master."""
+    return max(refuse_seconds, st.config.min_refuse_seconds)
 
 
 def _refuse_accept(st: MasterState, fw: Framework, msg: Accept, problem: str, now: float) -> None:

@@ -304,6 +304,13 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option("allocation_interval", positive_seconds, 1.0, "seconds between batch allocations"),
     Option(
+        "min_refuse_seconds",
+        non_negative_seconds,
+        0.1,
+        "declined resources stay away from their framework at least this long, whatever its"
+        " refuse_seconds (and until the next batch allocation)",
+    ),
+    Option(
         "offer_timeout",
         optional_seconds,
         None,
@@ -414,6 +421,7 @@ def settings_from(values: Mapping[str, Any]) -> DaemonSettings:
         MasterConfig(),
         cluster=values["cluster"],
         allocation_interval=values["allocation_interval"],
+        min_refuse_seconds=values["min_refuse_seconds"],
         offer_timeout=values["offer_timeout"],
         heartbeat_interval=values["heartbeat_interval"],
         agent_ping_interval=values["agent_ping_interval"],

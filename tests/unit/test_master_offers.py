@@ -310,3 +310,45 @@ def test_deferred_allocation_offers_a_burst_of_freed_resources_once() -> None:
     assert len(offered) == 1
     assert offered[0].resources.scalar("cpus") == 4.0
     assert not h.master.allocate_freed(h.now), "nothing is left to allocate"
+
+
+def test_a_scheduler_declining_everything_with_refuse_zero_cannot_spin_the_master() -> None:
+    """The refusal floor: a DECLINE with refuse_seconds=0 keeps the resources away for
+    ``min_refuse_seconds`` and through the next batch, so 2 s of declining in a loop gets a
+    couple of offers, not one per round trip."""
+    h, _, fw = _one_agent_one_framework()
+    offers = offers_in(h.tick(), "s1")
+    seen = len(offers)
+    for _ in range(200):  # 2 s of a scheduler that declines at once, every 10 ms
+        out: list[object] = []
+        for offer in offers:
+            out += h.handle(
+                "s1",
+                Decline(
+                    framework_id=fw, offer_ids=(offer.offer_id,), filters=Filters(refuse_seconds=0)
+                ),
+            )
+        offers = offers_in(out, "s1") + offers_in(h.tick(0.01), "s1")  # type: ignore[arg-type]
+        seen += len(offers)
+    assert 2 <= seen <= 3  # the first offer, then one each second batch at most
+
+
+def test_without_a_floor_a_decline_with_refuse_zero_is_offered_again_at_once() -> None:
+    h = Harness(MasterConfig(min_refuse_seconds=0.0))
+    h.register_agent("a1", "cpus:4;mem:4096")
+    fw = h.subscribe("s1")
+    offer = only(offers_in(h.tick(), "s1"))
+    decline = Decline(
+        framework_id=fw, offer_ids=(offer.offer_id,), filters=Filters(refuse_seconds=0)
+    )
+    assert len(offers_in(h.handle("s1", decline), "s1")) == 1
+
+
+def test_the_rest_of_an_offer_a_task_was_launched_from_comes_back_as_asked() -> None:
+    """The floor is for declines: launching is progress, so the unused part of an accepted
+    offer is offered again at once with refuse_seconds=0."""
+    h, agent, fw = _one_agent_one_framework()
+    offer = only(offers_in(h.tick(), "s1"))
+    out = h.launch("s1", fw, [offer], [("t1", "cpus:1;mem:128", agent)], refuse_seconds=0)
+    rest = only(offers_in(out, "s1"))
+    assert rest.resources == Resources.parse("cpus:3;mem:3968")
