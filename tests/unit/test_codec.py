@@ -1,7 +1,7 @@
 """agora.sdk.codec: wire format, round trips and every kind of validation failure.
 
 Run as a script (``python tests/unit/test_codec.py``) to print encode/decode timings of an OFFERS
-frame with 100 offers; ``tests/bench/codec.py`` is the benchmark (its figures are in the README).
+frame with 100 offers; ``tests/bench/codec.py`` is the benchmark (figures: docs/benchmarks.md).
 """
 
 from __future__ import annotations

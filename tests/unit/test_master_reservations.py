@@ -1,6 +1,6 @@
 """Dynamic reservations in the master core: RESERVE and UNRESERVE inside ACCEPT.
 
-Named after the rules of Mesos's docs/reservation.md (and master_validation /
+Named after the rules of Mesos's reservation documentation (and master_validation /
 reservation tests): reserved resources are offered only to their role, an invalid
 operation is dropped alone with an ERROR, and nothing changes for it.
 """

@@ -1,6 +1,6 @@
 """A simulated framework scheduler: subscribes, launches small tasks, acknowledges, reconciles.
 
-It behaves as a careful Mesos scheduler should (docs/high-availability-framework-guide.md):
+It behaves as a careful Mesos scheduler should (the Mesos high-availability framework guide):
 
 * SUBSCRIBE is retried until SUBSCRIBED; after the transport reports the connection lost it
   re-subscribes with its framework id, then reconciles every task it has not seen finish.
