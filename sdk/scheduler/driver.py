@@ -29,7 +29,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Final, TypeAlias
+from typing import TYPE_CHECKING, Any, Final
 
 import structlog
 from agora.sdk.batching import BATCHES, FEATURES, coalesce
@@ -78,6 +78,8 @@ from agora.sdk.messages import (
 )
 from agora.sdk.messages.common import MAX_BATCH_ITEMS
 from agora.sdk.scheduler._backoff import RestartableWait
+from agora.sdk.scheduler._guard import checked, short_traceback
+from agora.sdk.scheduler.calls import OfferRef, Offers_
 from agora.sdk.scheduler.scheduler import Scheduler
 from agora.sdk.scheduler.spec import TaskSpec, task_infos_for
 from agora.sdk.transport import MasterLink, discover_client
@@ -144,11 +146,6 @@ _AUTH_FAILED: Final = "authentication failed"
 _RESUBSCRIBE: Final = frozenset(
     {ErrorCode.NOT_SUBSCRIBED, ErrorCode.UNKNOWN_FRAMEWORK, ErrorCode.NOT_LEADER}
 )
-
-#: One offer, by record or id.
-OfferRef: TypeAlias = Offer | OfferID | str
-#: One offer or several (of one agent).
-Offers_: TypeAlias = OfferRef | Sequence[OfferRef]
 
 
 class DriverError(RuntimeError):
@@ -593,6 +590,8 @@ class SchedulerDriver:
         return merged
 
     def _enqueue(self, message: Message) -> None:
+        """Queue a call for the master; ValueError now if it could never be sent."""
+        checked(message)
         if self._stop_requested:
             log.debug("call_after_stop_dropped", message=message.NAME)
             return
@@ -661,13 +660,17 @@ class SchedulerDriver:
         ):
             self._teardown_ack.set()
 
-    async def _invoke(self, name: str, *args: Any) -> None:
+    async def _invoke(self, name: str, *args: Any) -> bool:
+        """Run the scheduler's callback; False if it raised (logged with its innermost
+        frames)."""
         try:
             result = self._callbacks[name](self._facade, *args)
             if result is not None and inspect.isawaitable(result):
                 await result
-        except Exception:
-            log.exception("scheduler_callback_failed", callback=name)
+        except Exception as exc:
+            log.error("scheduler_callback_failed", callback=name, error=short_traceback(exc))
+            return False
+        return True
 
     async def _on_subscribed(self, m: Subscribed) -> None:
         was_subscribed = self._subscribed
@@ -700,7 +703,12 @@ class SchedulerDriver:
         known = self._offers
         for offer in offers:
             known[offer.offer_id] = offer
-        await self._invoke("offers", offers)
+        if not await self._invoke("offers", offers):
+            # What the failed callback left held would stay out of every framework's reach.
+            left = [o.offer_id for o in offers if o.offer_id in known]
+            if left:
+                log.warning("offers_declined_after_callback_failed", offers=len(left))
+                self.decline(left)
 
     async def _on_rescind(self, m: Rescind) -> None:
         self._offers.pop(m.offer_id, None)
@@ -818,15 +826,14 @@ class SchedulerDriver:
         else:
             infos = [t for t in tasks if isinstance(t, TaskInfo)]
         operations: tuple[Operation, ...] = (Launch(task_infos=tuple(infos)),) if infos else ()
-        self._consume(ids)
-        self._enqueue(
-            Accept(
-                framework_id=fid,
-                offer_ids=tuple(ids),
-                operations=operations,
-                filters=filters or Filters(),
-            )
+        call = Accept(
+            framework_id=fid,
+            offer_ids=tuple(ids),
+            operations=operations,
+            filters=filters or Filters(),
         )
+        self._enqueue(call)  # checked first: a call that cannot be sent uses up no offer
+        self._consume(ids)
 
     def launch_group(
         self,
@@ -847,15 +854,14 @@ class SchedulerDriver:
         else:
             infos = [t for t in tasks if isinstance(t, TaskInfo)]
         group = TaskGroupInfo(tasks=tuple(replace(t, executor=None) for t in infos))
-        self._consume(ids)
-        self._enqueue(
-            Accept(
-                framework_id=fid,
-                offer_ids=tuple(ids),
-                operations=(LaunchGroup(executor=executor, task_group=group),),
-                filters=filters or Filters(),
-            )
+        call = Accept(
+            framework_id=fid,
+            offer_ids=tuple(ids),
+            operations=(LaunchGroup(executor=executor, task_group=group),),
+            filters=filters or Filters(),
         )
+        self._enqueue(call)  # checked first: a call that cannot be sent uses up no offer
+        self._consume(ids)
 
     def accept(
         self,
@@ -866,22 +872,22 @@ class SchedulerDriver:
         """ACCEPT with explicit operations (LAUNCH, LAUNCH_GROUP, RESERVE, UNRESERVE)."""
         fid = self._fid()
         ids, _ = self._resolve(offer_ids)
-        self._consume(ids)
-        self._enqueue(
-            Accept(
-                framework_id=fid,
-                offer_ids=tuple(ids),
-                operations=tuple(operations),
-                filters=filters or Filters(),
-            )
+        call = Accept(
+            framework_id=fid,
+            offer_ids=tuple(ids),
+            operations=tuple(operations),
+            filters=filters or Filters(),
         )
+        self._enqueue(call)  # checked first: a call that cannot be sent uses up no offer
+        self._consume(ids)
 
     def decline(self, offer_ids: Offers_, filters: Filters | None = None) -> None:
         """DECLINE: the offers' resources are not offered again for ``filters.refuse_seconds``."""
         fid = self._fid()
         ids, _ = self._resolve(offer_ids)
+        call = Decline(framework_id=fid, offer_ids=tuple(ids), filters=filters or Filters())
+        self._enqueue(call)  # checked first: a call that cannot be sent uses up no offer
         self._consume(ids)
-        self._enqueue(Decline(framework_id=fid, offer_ids=tuple(ids), filters=filters or Filters()))
 
     def revive(self, roles: Sequence[str] = ()) -> None:
         """Clear filters and resume offers for ``roles`` (() = all the framework's roles)."""

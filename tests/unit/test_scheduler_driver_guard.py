@@ -1,0 +1,79 @@
+"""The scheduler driver never fails silently: a call that could not be sent raises at the call
+and uses up no offer, and a callback that raises gets its offers declined and a short
+traceback logged."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import structlog
+from agora.sdk import SchedulerDriver, TaskSpec
+from agora.sdk.messages import Accept, Decline, Filters, Offer
+from agora.sdk.scheduler._guard import TRACEBACK_FRAMES
+from support.fake_master import FakeMaster, eventually
+from test_scheduler_driver import Recorder, driver_for, first_offer, run
+
+
+def test_a_launch_the_codec_would_refuse_raises_at_the_call_and_keeps_the_offer() -> None:
+    async def main() -> None:
+        master = await FakeMaster.start()
+        await master.add_agent("a1", "cpus:4;mem:4096")
+        sched = Recorder()
+        driver = driver_for(sched, master)
+        try:
+            await driver.start()
+            offer = await first_offer(sched)
+            with pytest.raises(ValueError, match=r"ACCEPT\..*task_id"):
+                driver.launch(offer, [TaskSpec("t" * 300, "true", "cpus:1;mem:64")])
+            # Nothing was sent and the offer is still the driver's to use.
+            driver.launch(offer.offer_id, [TaskSpec("ok", "true", "cpus:1;mem:64")])
+            await eventually(lambda: master.of_type(Accept), "the good ACCEPT")
+            (accept,) = master.of_type(Accept)
+            assert accept.offer_ids == (offer.offer_id,)
+            with pytest.raises(ValueError, match="refuse_seconds"):
+                driver.decline([], Filters(refuse_seconds=-1))
+        finally:
+            driver.stop()
+            await driver.join()
+            await master.aclose()
+
+    run(main())
+
+
+class Raises(Recorder):
+    def offers(self, driver: Any, offers: list[Offer]) -> None:
+        super().offers(driver, offers)
+        self._deep(3)
+
+    def _deep(self, n: int) -> None:
+        if n:
+            self._deep(n - 1)
+        raise RuntimeError("the scheduler's own bug")
+
+
+def test_offers_left_by_a_callback_that_raised_are_declined_and_the_traceback_is_short() -> None:
+    async def main() -> None:
+        master = await FakeMaster.start()
+        await master.add_agent("a1", "cpus:4;mem:4096")
+        sched = Raises()
+        driver: SchedulerDriver = driver_for(sched, master)
+        try:
+            await driver.start()
+            await eventually(lambda: master.of_type(Decline), "the DECLINE")
+            (decline,) = master.of_type(Decline)[:1]
+            assert decline.offer_ids == (sched.offers_seen[0].offer_id,)
+            assert decline.filters == Filters()  # the default 5 s: no bounce back at once
+        finally:
+            driver.stop()
+            await driver.join()
+            await master.aclose()
+
+    with structlog.testing.capture_logs() as logs:
+        run(main())
+    (failed,) = [e for e in logs if e["event"] == "scheduler_callback_failed"]
+    assert failed["callback"] == "offers"
+    frames = failed["error"].count('File "')
+    assert 1 <= frames <= TRACEBACK_FRAMES
+    assert "RuntimeError: the scheduler's own bug" in failed["error"]
+    assert any(e["event"] == "offers_declined_after_callback_failed" for e in logs)
