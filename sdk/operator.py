@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from agora.sdk.discovery import parse_masters
 from agora.sdk.ids import AgentID, FrameworkID, TaskID
+from agora.sdk.logs import default_logging
 from agora.sdk.messages import Error, ErrorCode, Message
 from agora.sdk.messages.operator import (
     OPERATOR_CALLS,
@@ -62,6 +63,9 @@ class OperatorClient:
     def __init__(self, master: str, *, curve: CurveClient | None = None) -> None:
         self.master = master
         self._curve = curve if curve is not None else discover_client()
+        # A library prints nothing on the program's stdout: unless the program set up logging,
+        # only warnings and errors, on stderr (as the drivers do).
+        default_logging()
 
     async def get_state(
         self, timeout: float = DEFAULT_TIMEOUT, *, query: GetState | None = None

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -143,3 +145,21 @@ def test_sync_wrapper_inside_a_running_loop_is_refused() -> None:
                 client.get_state_sync()
 
         asyncio.run(inside())
+
+
+def test_the_client_prints_nothing_on_stdout_of_a_program_that_did_not_set_up_logging() -> None:
+    """A library's logs never land in its user's stdout (which may be their data): unless the
+    program configured structlog, only warnings and errors, on stderr."""
+    script = (
+        "from agora.sdk.operator import OperatorClient\n"
+        "client = OperatorClient('tcp://127.0.0.1:1')\n"
+        "try:\n"
+        "    client.get_state_sync(timeout=0.3)\n"
+        "except TimeoutError:\n"
+        "    print('timed out')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "timed out\n"
