@@ -10,6 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, OfferID, TaskID
     from agora.sdk.messages import (
         Filters,
         FrameworkInfo,
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
         BlockingSchedulerDriver,
         DriverError,
         Scheduler,
+        SchedulerCalls,
         SchedulerDriver,
         TaskSpec,
         default_executor,
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
 _LAZY: dict[str, str] = {
     "Scheduler": "agora.sdk.scheduler",
     "SchedulerDriver": "agora.sdk.scheduler",
+    "SchedulerCalls": "agora.sdk.scheduler",
     "BlockingSchedulerDriver": "agora.sdk.scheduler",
     "DriverError": "agora.sdk.scheduler",
     "TaskSpec": "agora.sdk.scheduler",
@@ -42,17 +45,28 @@ _LAZY: dict[str, str] = {
     "Filters": "agora.sdk.messages",
     "is_terminal": "agora.sdk.messages",
     "Resources": "agora.sdk.resources",
+    "AgentID": "agora.sdk.ids",
+    "ExecutorID": "agora.sdk.ids",
+    "FrameworkID": "agora.sdk.ids",
+    "OfferID": "agora.sdk.ids",
+    "TaskID": "agora.sdk.ids",
 }
 
 __all__ = [
+    "AgentID",
     "BlockingSchedulerDriver",
     "DriverError",
+    "ExecutorID",
     "Filters",
+    "FrameworkID",
     "FrameworkInfo",
     "Offer",
+    "OfferID",
     "Resources",
     "Scheduler",
+    "SchedulerCalls",
     "SchedulerDriver",
+    "TaskID",
     "TaskSpec",
     "TaskState",
     "TaskStatus",

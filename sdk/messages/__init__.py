@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
+# The ids the records carry are defined in agora.sdk.ids and importable from here too.
+from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, GangID, OfferID, TaskID
 from agora.sdk.messages import agent, election, executor, operator, scheduler
 from agora.sdk.messages._record import (
     MaxItems,
@@ -162,6 +164,7 @@ __all__ = [
     "Accept",
     "Acknowledge",
     "Acknowledgements",
+    "AgentID",
     "AgentInfo",
     "AgentRegistered",
     "AgentReregistered",
@@ -177,6 +180,7 @@ __all__ = [
     "DrainAgent",
     "Error",
     "ErrorCode",
+    "ExecutorID",
     "ExecutorInfo",
     "ExecutorRegistered",
     "ExecutorReregistered",
@@ -185,11 +189,13 @@ __all__ = [
     "Failure",
     "Filters",
     "FrameworkCapability",
+    "FrameworkID",
     "FrameworkInfo",
     "FrameworkMessage",
     "FrameworkSummary",
     "FrameworkToExecutor",
     "GangExpired",
+    "GangID",
     "GangRequest",
     "GetState",
     "HealthCheck",
@@ -211,6 +217,7 @@ __all__ = [
     "MaxLen",
     "Message",
     "Offer",
+    "OfferID",
     "Offers",
     "Operation",
     "OperatorDone",
@@ -253,6 +260,7 @@ __all__ = [
     "Subscribed",
     "Suppress",
     "TaskGroupInfo",
+    "TaskID",
     "TaskInfo",
     "TaskState",
     "TaskStatus",

@@ -69,6 +69,20 @@ class MasterInfo(Record, frozen=True, kw_only=True):
 
 
 class FrameworkInfo(Record, frozen=True, kw_only=True):
+    """Who a framework is, as it subscribes.
+
+    ``name`` is shown to operators. ``user`` is the Unix user its tasks run as when a task
+    names none (the master's ACL decides which users a principal may name). ``roles`` are the
+    roles it is offered resources for (``"*"``: the default role). ``failover_timeout`` is how
+    long, in seconds, the master keeps its tasks running after its scheduler disconnects (0:
+    torn down at once); a scheduler that comes back within it subscribes again with its
+    ``framework_id``. ``capabilities`` opt in to newer behaviour (``PARTITION_AWARE``: tasks on an
+    unreachable agent become ``UNREACHABLE`` rather than ``LOST``; ``GANG``: gang requests).
+    ``principal`` is filled in by the master from the CURVE key the scheduler connected with.
+    ``checkpoint`` is kept for Mesos compatibility: agents here journal every task, whatever
+    it says, and keep them across their own restarts.
+    """
+
     name: str
     user: ShortStr = ""
     roles: Annotated[tuple[ShortStr, ...], MaxItems(1024)] = ("*",)
@@ -131,6 +145,18 @@ class TaskGroupInfo(Record, frozen=True, kw_only=True):
 
 
 class TaskStatus(Record, frozen=True, kw_only=True):
+    """One state a task reached, as its framework is told in ``status_update``.
+
+    ``state`` is the task's state (``is_terminal(state)``: it will not change again);
+    ``source`` says who decided it (the executor, the agent or the master) and ``reason``,
+    when set, why, with ``message`` in words. ``uuid`` is set on updates that must be
+    acknowledged (the driver does it after the callback returns, unless implicit
+    acknowledgements are off); answers to reconciliation carry none. ``healthy`` is the latest
+    health check result, ``data`` opaque bytes from the executor, ``exit_code`` the command's
+    exit status on a terminal update (128+N when killed by signal N), and ``cpu_seconds`` and
+    ``max_rss_bytes`` what the task used, when measured.
+    """
+
     task_id: TaskID
     state: TaskState
     source: StatusSource
@@ -157,6 +183,15 @@ class Filters(Record, frozen=True, kw_only=True):
 
 
 class Offer(Record, frozen=True, kw_only=True):
+    """Resources of one agent offered to one framework in one role.
+
+    Launch on it (``driver.launch(offer, [TaskSpec(...)])``), or decline it; while the
+    framework holds it, no other framework is offered those resources. ``hostname`` and
+    ``attributes`` describe the agent; ``gang_id`` is set when the offer is part of a gang
+    offer, which is accepted or declined whole. An offer can be rescinded
+    (``offer_rescinded``) once its agent is lost or its framework disconnects.
+    """
+
     offer_id: OfferID
     framework_id: FrameworkID
     agent_id: AgentID

@@ -27,7 +27,8 @@ from agora.sdk.messages import (
     TaskInfo,
     TaskStatus,
 )
-from agora.sdk.scheduler.driver import DriverError, Offers_, SchedulerDriver
+from agora.sdk.scheduler.calls import Offers_
+from agora.sdk.scheduler.driver import DriverError, SchedulerDriver
 from agora.sdk.scheduler.scheduler import Scheduler
 from agora.sdk.scheduler.spec import TaskSpec
 

@@ -455,3 +455,16 @@ def test_schema_rejects_types_the_wire_cannot_carry() -> None:
     for cls in (Listy, Misbound, WrongMarker):
         with pytest.raises(TypeError):
             record_schema(cls)
+
+
+def test_ids_and_the_records_a_framework_uses_are_importable_where_the_docs_say() -> None:
+    import agora.sdk as sdk
+    import agora.sdk.ids as ids
+    import agora.sdk.messages as messages
+
+    for name in ("AgentID", "ExecutorID", "FrameworkID", "GangID", "OfferID", "TaskID"):
+        assert getattr(messages, name) is getattr(ids, name), name
+    for name in ("AgentID", "ExecutorID", "FrameworkID", "OfferID", "TaskID", "SchedulerCalls"):
+        assert name in sdk.__all__ and getattr(sdk, name) is not None, name
+    for record in (messages.Offer, messages.TaskStatus, messages.FrameworkInfo):
+        assert record.__doc__ and len(record.__doc__) > 200, record.__name__
