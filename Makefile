@@ -9,7 +9,10 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	@# A venv made before the distribution was renamed holds "agora" and its import hook.
+	@if $(BIN)/pip show --quiet agora >/dev/null 2>&1; then \
+		$(BIN)/pip uninstall --quiet --yes agora; fi
+	$(BIN)/pip install --quiet -e '.[test,dev]'
 	touch $(STAMP)
 
 # System packages: a busybox image for filesystem/rootfs, nftables plus iproute2 for the
@@ -41,12 +44,10 @@ demo: $(STAMP) $(SYSDEPS)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-# mypy cannot follow setuptools' editable import hook, so it reads the agora.*
-# namespace through a tree of symlinks that mirrors pyproject's package-dir.
+# mypy finds the agora.* packages as a user's does: through the editable install's .pth entry
+# (pkg/, whose agora/ holds a symlink to each folder).
 typecheck: $(STAMP)
-	mkdir -p build/typing/agora
-	for pkg in sdk master agent frameworks; do ln -sfn ../../../$$pkg build/typing/agora/$$pkg; done
-	MYPYPATH=build/typing $(BIN)/mypy -p agora.sdk -p agora.master -p agora.agent -p agora.frameworks
+	$(BIN)/mypy -p agora.sdk -p agora.master -p agora.agent -p agora.frameworks
 
 # Benchmarks print JSON lines; run by hand, never asserted in CI.
 bench: $(STAMP)
@@ -62,4 +63,4 @@ bench: $(STAMP)
 	$(BIN)/python tests/bench/state.py --agents 10000 --frameworks 50 --tasks 20000
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build *.egg-info pkg/*.egg-info .pytest_cache .mypy_cache .ruff_cache
