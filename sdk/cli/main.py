@@ -122,8 +122,43 @@ def _top_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction[A
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action=_Version, help="print agora's version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     return parser, sub
+
+
+#: The distribution (``pip install agora-cluster``) whose metadata holds the version; the import
+#: name is ``agora``, taken on PyPI by another project.
+DISTRIBUTION = "agora-cluster"
+
+
+def version() -> str:
+    """The installed distribution's version (importlib.metadata is loaded only when asked)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as _version
+
+    try:
+        return _version(DISTRIBUTION)
+    except PackageNotFoundError:
+        return f"(unknown: the {DISTRIBUTION} distribution is not installed)"
+
+
+class _Version(argparse.Action):
+    """``agora --version``: prints ``agora <version>`` and exits 0, looking the version up only
+    then (argparse's own ``version`` action wants it while the parser is built, on every path)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        print(f"agora {version()}")
+        parser.exit()
 
 
 #: The entry-point group of subcommands that other packages add to ``agora`` (each entry point is
