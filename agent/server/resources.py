@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Mapping
 
+from agora.sdk.attributes import parse_attributes
 from agora.sdk.resources import ResourceError, Resources
 
 __all__ = [
@@ -34,8 +34,6 @@ __all__ = [
 MEM_RESERVE_MB = 1024  # at most this much RAM is left to the system (else half of it)
 DISK_RESERVE_MB = 5 * 1024  # at most this much disk is left to the system (else half of it)
 DEFAULT_PORTS = "[31000-32000]"
-_MAX_ATTRIBUTES = 1024
-_MAX_ATTRIBUTE_LEN = 255
 
 
 def total_memory_mb(meminfo: str = "/proc/meminfo") -> int | None:
@@ -105,33 +103,3 @@ def host_resources(work_dir: str, override: str | None = None) -> Resources:
     except ResourceError as exc:
         raise ValueError(f"bad resources {override!r}: {exc}") from None
     return apply_override(detected, parsed)
-
-
-def parse_attributes(text: str | None) -> Mapping[str, str]:
-    """``"rack:a;zone:w"`` -> ``{"rack": "a", "zone": "w"}``; raises ValueError on bad text.
-
-    Entries are ``name:value`` separated by ``;``; whitespace around names and values is dropped,
-    empty entries are skipped; a name may appear once and must not be empty. The value may
-    contain ``:`` (only the first one separates).
-    """
-    out: dict[str, str] = {}
-    if not text:
-        return out
-    for raw in text.split(";"):
-        entry = raw.strip()
-        if not entry:
-            continue
-        name, sep, value = entry.partition(":")
-        name, value = name.strip(), value.strip()
-        if not sep:
-            raise ValueError(f"bad attribute {entry!r}: expected name:value")
-        if not name:
-            raise ValueError(f"bad attribute {entry!r}: empty name")
-        if name in out:
-            raise ValueError(f"attribute {name!r} given twice")
-        if len(name) > _MAX_ATTRIBUTE_LEN or len(value) > _MAX_ATTRIBUTE_LEN:
-            raise ValueError(f"attribute {name[:40]!r}: names and values are at most 255 chars")
-        out[name] = value
-    if len(out) > _MAX_ATTRIBUTES:
-        raise ValueError(f"at most {_MAX_ATTRIBUTES} attributes")
-    return out

@@ -22,7 +22,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -142,7 +142,8 @@ class LocalCluster:
         agents: int,
         *,
         masters: int = 1,
-        agent_resources: str | None = None,
+        agent_resources: str | Sequence[str] | None = None,
+        agent_attributes: Sequence[str] = (),
         log_level: str = "info",
         python: str = sys.executable,
         batch: bool = False,
@@ -167,7 +168,11 @@ class LocalCluster:
         )
         self.python = python
         self.log_level = log_level
-        self.agent_resources = agent_resources
+        #: Every agent's resources (one value) or each agent's own, in order; likewise attributes.
+        self.agent_resources: tuple[str, ...] = (
+            (agent_resources,) if isinstance(agent_resources, str) else tuple(agent_resources or ())
+        )
+        self.agent_attributes = tuple(agent_attributes)
         self.agent_names = [f"agent-{i}" for i in range(1, agents + 1)]
         self.children: list[Child] = []
         self._launching: set[asyncio.Task[None]] = set()
@@ -277,8 +282,13 @@ class LocalCluster:
             *self._client_curve(AGENT_KEY),
             *self._agent_http(),
         ]
-        if self.agent_resources:
-            argv += ["--resources", self.agent_resources]
+        index = self.agent_names.index(name) if name in self.agent_names else 0
+        resources = _for_agent(self.agent_resources, index)
+        if resources:
+            argv += ["--resources", resources]
+        attributes = _for_agent(self.agent_attributes, index)
+        if attributes:
+            argv += ["--attributes", attributes]
         if os.geteuid() == 0:
             # The user running the cluster is trusted with their own identity: under a root
             # `agora local`, tasks that name no user run as root, as the cluster does.
@@ -526,3 +536,10 @@ def _tail(log: Path, lines: int = 15) -> str:
     except OSError:
         return ""
     return ("\n--- last lines of its log ---\n" + "\n".join(text)) if text else ""
+
+
+def _for_agent(values: tuple[str, ...], index: int) -> str | None:
+    """The value for agent ``index``: the only one given, or its own."""
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else values[index]

@@ -18,11 +18,12 @@ import logging
 import os
 import signal
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import structlog
+from agora.sdk.attributes import parse_attributes
 from agora.sdk.cli.cluster import ClusterError, LocalCluster, Stopped, or_stop
 from agora.sdk.cli.common import CliError, positive_float
 from agora.sdk.cli.local_keys import ensure_local_keys
@@ -36,6 +37,7 @@ from agora.sdk.cli.supervision import (
 )
 from agora.sdk.discovery import agora_home, keys_dir
 from agora.sdk.logs import LOG_LEVELS
+from agora.sdk.resources import ResourceError, Resources
 from rich.console import Console
 from rich.markup import escape
 
@@ -94,8 +96,17 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     local.add_argument(
         "--agent-resources",
+        action="append",
         metavar="TEXT",
-        help="each agent's resources, e.g. 'cpus:4;mem:4096' (default: detected from the host)",
+        help="agents' resources, e.g. 'cpus:4;mem:4096': given once, every agent's; given once "
+        "per agent, each agent's own, in order (default: detected from the host)",
+    )
+    local.add_argument(
+        "--agent-attributes",
+        action="append",
+        metavar="TEXT",
+        help="agents' attributes, e.g. 'rack:a;zone:w': given once, every agent's; given once "
+        "per agent, each agent's own, in order",
     )
     local.add_argument(
         "--batch",
@@ -127,7 +138,37 @@ def _count(text: str) -> int:
     return value
 
 
+def _per_agent(
+    flag: str, values: list[str] | None, agents: int, check: Callable[[str], None]
+) -> tuple[str, ...]:
+    """One value for every agent, or one per agent; CliError (exit 2) for anything else."""
+    given = tuple(values or ())
+    if len(given) not in (0, 1, agents):
+        raise CliError(
+            f"{flag} given {len(given)} times: give it once, or once per agent ({agents})", code=2
+        )
+    for value in given:
+        try:
+            check(value)
+        except ValueError as exc:
+            raise CliError(f"{flag} {value!r}: {exc}", code=2) from None
+    return given
+
+
+def _resources(text: str) -> None:
+    try:
+        Resources.parse(text)
+    except ResourceError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _attributes(text: str) -> None:
+    parse_attributes(text)
+
+
 def cmd_local(args: argparse.Namespace) -> int:
+    resources = _per_agent("--agent-resources", args.agent_resources, args.agents, _resources)
+    attributes = _per_agent("--agent-attributes", args.agent_attributes, args.agents, _attributes)
     try:
         work_dir: Path = args.work_dir or Path(tempfile.mkdtemp(prefix="agora-local-"))
         work_dir = work_dir.expanduser().resolve()
@@ -142,7 +183,8 @@ def cmd_local(args: argparse.Namespace) -> int:
         work_dir,
         args.agents,
         masters=args.masters,
-        agent_resources=args.agent_resources,
+        agent_resources=resources,
+        agent_attributes=attributes,
         log_level=args.log_level,
         batch=args.batch,
         keys=keys,

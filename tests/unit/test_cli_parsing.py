@@ -63,8 +63,15 @@ def test_local_defaults_and_options() -> None:
     assert (args.agents, args.work_dir, args.agent_resources) == (
         3,
         Path("/tmp/x"),
-        "cpus:2;mem:512",
+        ["cpus:2;mem:512"],
     )
+    args = parse(
+        "local",
+        *("--agent-resources", "cpus:4;mem:4096", "--agent-resources", "cpus:1;mem:512"),
+        *("--agent-attributes", "rack:a", "--agent-attributes", "rack:b;gpu:yes"),
+    )
+    assert args.agent_resources == ["cpus:4;mem:4096", "cpus:1;mem:512"]
+    assert args.agent_attributes == ["rack:a", "rack:b;gpu:yes"]
     assert parse("local", "--log-level", "debug").log_level == "debug"
 
 
