@@ -34,20 +34,13 @@ from agora.sdk.ids import FrameworkID, TaskID
 from agora.sdk.messages import (
     StatusUpdate,
     StatusUpdateMessage,
-    TaskState,
     TaskStatus,
-    is_terminal,
+    is_final,
 )
 
 __all__ = ["StatusUpdateManager", "StreamKey", "is_final"]
 
 StreamKey = tuple[FrameworkID, TaskID]
-
-
-def is_final(state: TaskState) -> bool:
-    """States that end a task on this agent. LOST is one here (as in Mesos's isTerminalState):
-    whoever reports LOST from an agent says the task no longer runs."""
-    return is_terminal(state) or state is TaskState.LOST
 
 
 @dataclass(slots=True)

@@ -28,7 +28,7 @@ from agora.sdk.messages import (
     TaskState,
     TaskStatus,
     Update,
-    is_terminal,
+    is_final,
 )
 from msgspec.structs import replace
 
@@ -45,12 +45,6 @@ __all__ = [
     "reconcile_one",
     "resend_kills",
 ]
-
-
-def is_final(state: TaskState) -> bool:
-    """States after which the task uses no resources. LOST reported by an agent is one:
-    the agent no longer runs the task (a master-made LOST is not, see agents.py)."""
-    return is_terminal(state) or state is TaskState.LOST
 
 
 def on_status_update(st: MasterState, agent: Agent, msg: StatusUpdateMessage, now: float) -> None:

@@ -91,6 +91,7 @@ from agora.sdk.messages.enums import (
     Reason,
     StatusSource,
     TaskState,
+    is_final,
     is_terminal,
 )
 from agora.sdk.messages.executor import (
@@ -276,5 +277,6 @@ __all__ = [
     "Volume",
     "VoteReply",
     "VoteRequest",
+    "is_final",
     "is_terminal",
 ]

@@ -13,6 +13,7 @@ __all__ = [
     "Reason",
     "StatusSource",
     "TaskState",
+    "is_final",
     "is_terminal",
 ]
 
@@ -52,6 +53,14 @@ TERMINAL_STATES: Final[frozenset[TaskState]] = frozenset(
 def is_terminal(state: TaskState) -> bool:
     """True for states a task never leaves (see TERMINAL_STATES; LOST is not one)."""
     return state in TERMINAL_STATES
+
+
+def is_final(state: TaskState) -> bool:
+    """True for states after which the task no longer runs where it was: the terminal ones,
+    and LOST as an agent reports it (Mesos's ``isTerminalState``). A master that calls a task
+    LOST because its agent is out of reach cannot know that, so the master core treats its own
+    LOST apart; everything else asks this one function."""
+    return state in TERMINAL_STATES or state is TaskState.LOST
 
 
 @enum.unique

@@ -468,3 +468,14 @@ def test_ids_and_the_records_a_framework_uses_are_importable_where_the_docs_say(
         assert name in sdk.__all__ and getattr(sdk, name) is not None, name
     for record in (messages.Offer, messages.TaskStatus, messages.FrameworkInfo):
         assert record.__doc__ and len(record.__doc__) > 200, record.__name__
+
+
+def test_final_states_have_one_definition_for_master_agent_and_sdk() -> None:
+    import agora.agent.core.status_updates as agent_updates
+    import agora.master.core.tasks as master_tasks
+    from agora.sdk.messages import TaskState, is_final, is_terminal
+
+    assert master_tasks.is_final is is_final and agent_updates.is_final is is_final
+    assert {s for s in TaskState if is_final(s)} == {s for s in TaskState if is_terminal(s)} | {
+        TaskState.LOST
+    }
