@@ -12,25 +12,14 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, TaskID
-from agora.sdk.messages import (
-    ExecutorInfo,
-    Filters,
-    FrameworkInfo,
-    GangRequest,
-    MasterInfo,
-    Operation,
-    ReconcileTask,
-    TaskInfo,
-    TaskStatus,
-)
-from agora.sdk.scheduler.calls import Offers_
+from agora.sdk.ids import FrameworkID
+from agora.sdk.messages import FrameworkInfo, MasterInfo, Message
+from agora.sdk.scheduler._call_methods import CallMethods
 from agora.sdk.scheduler.driver import DriverError, SchedulerDriver
 from agora.sdk.scheduler.scheduler import Scheduler
-from agora.sdk.scheduler.spec import TaskSpec
 
 if TYPE_CHECKING:
     from agora.sdk.transport.curve import CurveClient
@@ -38,7 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["BlockingSchedulerDriver"]
 
 
-class BlockingSchedulerDriver:
+class BlockingSchedulerDriver(CallMethods):
     """Same arguments as :class:`SchedulerDriver`; runs it on a daemon thread."""
 
     def __init__(
@@ -62,6 +51,7 @@ class BlockingSchedulerDriver:
             subscribe_backoff=subscribe_backoff,
         )
         self._driver._facade = self
+        self._core = self._driver._core  # the calls (CallMethods) go through the same core
         self._thread: threading.Thread | None = None
         self._started = threading.Event()  # subscribed, or the start failed
         self._done = threading.Event()
@@ -183,55 +173,5 @@ class BlockingSchedulerDriver:
 
     # ------------------------------------------------------------------ calls (thread-safe)
 
-    def launch(
-        self,
-        offers: Offers_,
-        tasks: Sequence[TaskSpec | TaskInfo],
-        filters: Filters | None = None,
-    ) -> None:
-        self._driver.launch(offers, tasks, filters)
-
-    def launch_group(
-        self,
-        offers: Offers_,
-        executor: ExecutorInfo,
-        tasks: Sequence[TaskSpec | TaskInfo],
-        filters: Filters | None = None,
-    ) -> None:
-        self._driver.launch_group(offers, executor, tasks, filters)
-
-    def accept(
-        self, offer_ids: Offers_, operations: Sequence[Operation], filters: Filters | None = None
-    ) -> None:
-        self._driver.accept(offer_ids, operations, filters)
-
-    def decline(self, offer_ids: Offers_, filters: Filters | None = None) -> None:
-        self._driver.decline(offer_ids, filters)
-
-    def revive(self, roles: Sequence[str] = ()) -> None:
-        self._driver.revive(roles)
-
-    def suppress(self, roles: Sequence[str] = ()) -> None:
-        self._driver.suppress(roles)
-
-    def kill(self, task_id: TaskID | str, agent_id: AgentID | str | None = None) -> str:
-        """KILL a task; returns the kill's id (``kill_id`` in the logs of every hop)."""
-        return self._driver.kill(task_id, agent_id)
-
-    def shutdown_executor(self, agent_id: AgentID | str, executor_id: ExecutorID | str) -> None:
-        self._driver.shutdown_executor(agent_id, executor_id)
-
-    def acknowledge(self, status: TaskStatus) -> None:
-        self._driver.acknowledge(status)
-
-    def reconcile(self, tasks: Sequence[TaskID | str | ReconcileTask | TaskStatus] = ()) -> None:
-        self._driver.reconcile(tasks)
-
-    def message(self, agent_id: AgentID | str, executor_id: ExecutorID | str, data: bytes) -> None:
-        self._driver.message(agent_id, executor_id, data)
-
-    def request(self, gangs: Sequence[GangRequest]) -> None:
-        self._driver.request(gangs)
-
-    def teardown(self) -> None:
-        self.stop(failover=False)
+    def _call(self, name: str, make: Callable[..., Message], *args: Any) -> None:
+        self._driver._call(name, make, *args)
