@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from agora.sdk.ids import FrameworkID
 from agora.sdk.messages import FrameworkInfo, MasterInfo, Message
 from agora.sdk.scheduler._call_methods import CallMethods
-from agora.sdk.scheduler.driver import DriverError, SchedulerDriver
+from agora.sdk.scheduler.driver import DriverError, LinkFactory, SchedulerDriver
 from agora.sdk.scheduler.scheduler import Scheduler
 
 if TYPE_CHECKING:
@@ -40,6 +40,7 @@ class BlockingSchedulerDriver(CallMethods):
         curve: CurveClient | None = None,
         heartbeat_interval: float = 5.0,
         subscribe_backoff: tuple[float, float] = (0.25, 5.0),
+        link: LinkFactory | None = None,
     ) -> None:
         self._driver = SchedulerDriver(
             scheduler,
@@ -49,6 +50,7 @@ class BlockingSchedulerDriver(CallMethods):
             curve=curve,
             heartbeat_interval=heartbeat_interval,
             subscribe_backoff=subscribe_backoff,
+            link=link,
         )
         self._driver._facade = self
         self._core = self._driver._core  # the calls (CallMethods) go through the same core

@@ -31,7 +31,7 @@ import inspect
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 from agora.sdk.discovery import master_address, parse_masters
 from agora.sdk.errors import ProtocolError
@@ -53,7 +53,7 @@ from agora.sdk.scheduler._events import EventHandlers
 from agora.sdk.scheduler._guard import DriverError, SafeLog, short_traceback
 from agora.sdk.scheduler.core import SchedulerCore
 from agora.sdk.scheduler.scheduler import Scheduler
-from agora.sdk.transport import MasterLink, discover_client
+from agora.sdk.transport import Client, MasterLink, discover_client
 from agora.sdk.transport.base import TransportClosed
 from tenacity import AsyncRetrying, RetryCallState, retry_if_result
 
@@ -85,6 +85,8 @@ _CALLBACKS: Final = (
 
 #: ZmqClient.handshake_error when the server's ZAP handler refused our CURVE key.
 _AUTH_FAILED: Final = "authentication failed"
+#: Makes the driver's link to the master from its (link up, link down) callbacks.
+LinkFactory: TypeAlias = Callable[[Callable[[], None], Callable[[], None]], Client]
 
 
 class SchedulerDriver(CallMethods, EventHandlers):
@@ -100,6 +102,11 @@ class SchedulerDriver(CallMethods, EventHandlers):
     ``subscribe_backoff``: (floor, cap) in seconds of the jittered exponential wait between
     SUBSCRIBE attempts. A master confirming that it leads (its push or its answer to the link's
     probe) ends the wait at once and starts the backoff over from the floor.
+    ``link``: how to reach the master instead of ZeroMQ: called with the two callbacks
+    (link up, link down), it returns the :class:`~agora.sdk.transport.Client` to use, e.g.
+    ``lambda up, down: hub.client("master", on_connected=up, on_disconnected=down)`` to run a
+    framework in one process with a master on an :class:`~agora.sdk.transport.InprocHub`
+    (``master`` and ``curve`` are then unused).
     """
 
     def __init__(
@@ -112,6 +119,7 @@ class SchedulerDriver(CallMethods, EventHandlers):
         curve: CurveClient | None = None,
         heartbeat_interval: float = 5.0,
         subscribe_backoff: tuple[float, float] = (0.25, 5.0),
+        link: LinkFactory | None = None,
     ) -> None:
         if heartbeat_interval <= 0:
             raise ValueError("heartbeat_interval must be positive")
@@ -135,7 +143,8 @@ class SchedulerDriver(CallMethods, EventHandlers):
 
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
-        self._client: MasterLink | None = None
+        self._link = link
+        self._client: Client | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
         self._started = False
@@ -186,12 +195,16 @@ class SchedulerDriver(CallMethods, EventHandlers):
         self._teardown_ack = asyncio.Event()
         self._cb_lock = asyncio.Lock()
         try:
-            self._client = MasterLink.connect(
-                parse_masters(self._master),
-                curve=self._curve,
-                on_connected=self._on_transport_connected,
-                on_disconnected=self._on_transport_disconnected,
-            )
+            up, down = self._on_transport_connected, self._on_transport_disconnected
+            if self._link is not None:
+                self._client = self._link(up, down)
+            else:
+                self._client = MasterLink.connect(
+                    parse_masters(self._master),
+                    curve=self._curve,
+                    on_connected=up,
+                    on_disconnected=down,
+                )
         except BaseException:
             self._stop_requested = True
             self._finished.set()
@@ -353,7 +366,7 @@ class SchedulerDriver(CallMethods, EventHandlers):
             return True
         client = self._client
         assert client is not None
-        if not client.connected and client.handshake_error == _AUTH_FAILED:
+        if not client.connected and getattr(client, "handshake_error", None) == _AUTH_FAILED:
             # The master's ZAP handler rejected our CURVE key: retrying will not change that.
             why = f"the master at {self._master} rejected this client's key ({_AUTH_FAILED})"
             async with self._cb_lock:
