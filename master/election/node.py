@@ -20,7 +20,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 import structlog
 import zmq.asyncio
@@ -96,6 +96,14 @@ class _Proposal:
     future: asyncio.Future[int]
 
 
+class PeerLink(Protocol):
+    """What a node needs of its link to another member: a send that never waits."""
+
+    def try_send(self, message: Message, epoch: int = 0) -> bool: ...
+
+    def close(self) -> None: ...
+
+
 class ElectionNode:
     """One master's member of the Raft group. Create, then ``await start()``; ``await stop()``."""
 
@@ -114,7 +122,10 @@ class ElectionNode:
         tick_interval: float = 0.02,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
+        peer_link: Callable[[str], PeerLink] | None = None,
     ) -> None:
+        """``peer_link``: how to reach another member instead of ZeroMQ, given its id (the
+        in-process transport's ``hub.client(member)``, for a group in one process)."""
         if config.node_id not in config.members:
             raise ValueError(f"node_id {config.node_id!r} is not one of members {config.members}")
         if snapshot_every < 1:
@@ -134,7 +145,8 @@ class ElectionNode:
         self._others = tuple(m for m in config.members if m != config.node_id)
         self._core: RaftNode | None = None
         self._context: zmq.asyncio.Context | None = None
-        self._peers: dict[str, ZmqClient] = {}
+        self._peer_link = peer_link
+        self._peers: dict[str, PeerLink] = {}
         self._inbox: list[Message | _Proposal] = []
         self._wake = asyncio.Event()
         self._worker: asyncio.Task[None] | None = None
@@ -173,11 +185,18 @@ class ElectionNode:
             rng=self._rng,
         )
         self._seen = (self._core.role, self._core.term, self._core.leader_id)
-        self._context = zmq.asyncio.Context()
-        for member in self._others:
-            self._peers[member] = ZmqClient.connect(
-                self._peer_endpoint(member), curve=self._curve, context=self._context, hwm=PEER_HWM
-            )
+        if self._peer_link is not None:
+            for member in self._others:
+                self._peers[member] = self._peer_link(member)
+        else:
+            self._context = zmq.asyncio.Context()
+            for member in self._others:
+                self._peers[member] = ZmqClient.connect(
+                    self._peer_endpoint(member),
+                    curve=self._curve,
+                    context=self._context,
+                    hwm=PEER_HWM,
+                )
         self._next_tick = asyncio.get_running_loop().time()
         self._worker = asyncio.create_task(self._run(), name=f"election {self.config.node_id}")
         log.info(

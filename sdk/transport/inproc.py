@@ -144,6 +144,11 @@ class InprocClient:
     async def send(self, message: Message, epoch: int = 0) -> None:
         self.send_raw(encode(message, epoch=epoch))
 
+    def try_send(self, message: Message, epoch: int = 0) -> bool:
+        """Send without waiting, as ``ZmqClient.try_send``; an in-process link never backs up."""
+        self.send_raw(encode(message, epoch=epoch))
+        return True
+
     def send_raw(self, frame: bytes) -> None:
         """Send an already-encoded (or deliberately broken) frame; queued while disconnected."""
         if self.closed:
