@@ -27,7 +27,7 @@ import zmq.asyncio
 from agora.sdk.discovery import normalize_endpoint
 from agora.sdk.messages import DetectLeader, LeaderInfo, Message
 from agora.sdk.transport._zmq_io import DEFAULT_HWM, make_context
-from agora.sdk.transport.base import Received, TransportClosed
+from agora.sdk.transport.base import Client, Received, TransportClosed
 from agora.sdk.transport.zmq_client import ZmqClient
 
 if TYPE_CHECKING:
@@ -47,6 +47,8 @@ _JITTER: Final = 0.2
 #: push) within about a second of the masters' return, not after a 5 s backoff.
 RECONNECT_MAX: Final = 1.0
 Callback = Callable[[], None]
+#: Makes the socket to one master: (endpoint, socket up, socket down) -> the client.
+Dial = Callable[[str, Callback, Callback], Client]
 
 
 class MasterLink:
@@ -69,8 +71,10 @@ class MasterLink:
         probe_interval: float,
         search_interval: float,
         hwm: int,
+        dial: Dial | None = None,
     ) -> None:
         self._given = endpoints
+        self._dial = dial
         self._curve = curve
         self._context = context
         self._owns_context = owns_context
@@ -79,7 +83,7 @@ class MasterLink:
         self._probe_interval = probe_interval
         self._search_interval = search_interval
         self._hwm = hwm
-        self._clients: dict[str, ZmqClient] = {}
+        self._clients: dict[str, Client] = {}
         self._pumps: dict[str, asyncio.Task[None]] = {}
         self._aliases: dict[str, str] = {}  # a master's own name -> the endpoint we dial
         self._refused: set[str] = set()  # names beyond MAX_MASTERS
@@ -110,8 +114,13 @@ class MasterLink:
         probe_interval: float = 5.0,
         search_interval: float = 0.25,
         hwm: int = DEFAULT_HWM,
+        dial: Dial | None = None,
     ) -> MasterLink:
-        """Connect to every master in ``endpoints``; must be called with a running event loop."""
+        """Connect to every master in ``endpoints``; must be called with a running event loop.
+
+        ``dial``: how to make the socket to one master instead of ZeroMQ (the in-process
+        transport's ``lambda e, up, down: hub.client(name_of(e), on_connected=up,
+        on_disconnected=down)``, for masters in one process); ``curve`` is then unused."""
         loop = asyncio.get_running_loop()
         unique = tuple(dict.fromkeys(normalize_endpoint(e) for e in endpoints if e.strip()))
         if not unique:
@@ -131,6 +140,7 @@ class MasterLink:
             probe_interval=probe_interval,
             search_interval=search_interval,
             hwm=hwm,
+            dial=dial,
         )
         try:
             for endpoint in link._given:
@@ -164,9 +174,10 @@ class MasterLink:
     @property
     def handshake_error(self) -> str | None:
         """Why the last handshake failed: of the leader's socket, else of any socket."""
+        clients = self._clients
         if self.leader is not None:
-            return self._clients[self.leader].handshake_error
-        return next((c.handshake_error for c in self._clients.values() if c.handshake_error), None)
+            return _handshake_error(clients[self.leader])
+        return next((e for c in clients.values() if (e := _handshake_error(c))), None)
 
     def recv_nowait(self) -> Received | None:
         if self._closed:
@@ -242,16 +253,21 @@ class MasterLink:
                 self._refused.add(endpoint)
                 log.warning("master_link_too_many_masters", endpoint=endpoint, limit=MAX_MASTERS)
             return
+        up, down = (lambda: self._socket_up(endpoint)), (lambda: self._socket_down(endpoint))
         try:
-            client = ZmqClient.connect(
-                endpoint,
-                curve=self._curve,
-                context=self._context,
-                on_connected=lambda: self._socket_up(endpoint),
-                on_disconnected=lambda: self._socket_down(endpoint),
-                hwm=self._hwm,
-                reconnect_max=RECONNECT_MAX,
-            )
+            client: Client
+            if self._dial is not None:
+                client = self._dial(endpoint, up, down)
+            else:
+                client = ZmqClient.connect(
+                    endpoint,
+                    curve=self._curve,
+                    context=self._context,
+                    on_connected=up,
+                    on_disconnected=down,
+                    hwm=self._hwm,
+                    reconnect_max=RECONNECT_MAX,
+                )
         except zmq.ZMQError as exc:
             if strict:
                 raise
@@ -438,3 +454,9 @@ class MasterLink:
                 log.warning("master_link_probe_backlogged", endpoint=endpoint)
             except TransportClosed:
                 return
+
+
+def _handshake_error(client: Client) -> str | None:
+    """A ZeroMQ socket's last handshake failure (other transports have none)."""
+    error: str | None = getattr(client, "handshake_error", None)
+    return error
