@@ -24,7 +24,8 @@ from agora.sdk.messages import (
     VoteReply,
     VoteRequest,
 )
-from agora.sdk.transport import TransportClosed, ZmqServer
+from agora.sdk.transport import ZmqServer
+from support.election_kit import forward
 
 T = TypeVar("T")
 
@@ -152,17 +153,6 @@ class Cluster:
         leader = self.leader()
         assert leader is not None
         return leader
-
-
-async def forward(server: ZmqServer, node: ElectionNode) -> None:
-    """The master's ROUTER loop, reduced to handing peer messages to the node."""
-    while True:
-        try:
-            received = await server.recv()
-        except TransportClosed:
-            return
-        if received.message is not None:
-            node.receive(received.message)
 
 
 FAST = {"election_timeout": 0.5, "heartbeat_interval": 0.05}

@@ -13,7 +13,8 @@ from agora.master.election.node import ElectionNode
 from agora.master.election.storage import RaftStorage
 from agora.master.election.types import RaftConfig, Role
 from agora.sdk.messages import LogEntry
-from agora.sdk.transport import InprocClient, InprocHub, InprocServer, TransportClosed
+from agora.sdk.transport import InprocClient, InprocHub
+from support.election_kit import forward
 
 MEMBERS = ("m1", "m2", "m3")
 FAST = {"election_timeout": 0.3, "heartbeat_interval": 0.03}
@@ -25,16 +26,6 @@ async def _until(check: Callable[[], bool], what: str, timeout: float = 10.0) ->
         if time.monotonic() > deadline:
             raise AssertionError(f"{what}: not within {timeout} s")
         await asyncio.sleep(0.01)
-
-
-async def _forward(server: InprocServer, node: ElectionNode) -> None:
-    while True:
-        try:
-            received = await server.recv()
-        except TransportClosed:
-            return
-        if received.message is not None:
-            node.receive(received.message)
 
 
 def test_a_group_in_one_process_elects_replicates_and_fails_over(tmp_path: Path) -> None:
@@ -69,7 +60,7 @@ def test_a_group_in_one_process_elects_replicates_and_fails_over(tmp_path: Path)
                 )
                 await node.start()
                 nodes[me] = node
-                forwarders.append(asyncio.create_task(_forward(server, node)))
+                forwarders.append(asyncio.create_task(forward(server, node)))
 
             def leaders() -> list[str]:
                 return [m for m, n in nodes.items() if n.role is Role.LEADER]

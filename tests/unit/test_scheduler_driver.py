@@ -8,9 +8,10 @@ the driver is exercised over real sockets against real master behaviour.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import time
-from collections.abc import Awaitable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -53,7 +54,7 @@ from agora.sdk.messages import (
 from agora.sdk.resources import Resources
 from agora.sdk.scheduler import DriverError
 from agora.sdk.transport import CurveClient, CurveServer, generate_keypair
-from support.fake_master import FakeMaster, MasterThread, eventually, eventually_sync
+from support.fake_master import FakeAgent, FakeMaster, MasterThread, eventually, eventually_sync
 
 T = TypeVar("T")
 FAST = (0.05, 0.5)  # subscribe backoff floor/cap for tests
@@ -127,6 +128,24 @@ def driver_for(
 ) -> SchedulerDriver:
     kw.setdefault("subscribe_backoff", FAST)
     return SchedulerDriver(sched, info or framework(), master.endpoint, **kw)
+
+
+@contextlib.asynccontextmanager
+async def subscribed(
+    sched: Scheduler, **kw: Any
+) -> AsyncIterator[tuple[FakeMaster, FakeAgent, SchedulerDriver]]:
+    """A FakeMaster with one agent (cpus:4;mem:4096) and ``sched``'s driver subscribed to it;
+    all stopped on the way out."""
+    master = await FakeMaster.start()
+    agent = await master.add_agent("a1", "cpus:4;mem:4096")
+    driver = driver_for(sched, master, **kw)
+    try:
+        await driver.start()
+        yield master, agent, driver
+    finally:
+        driver.stop()
+        await driver.join()
+        await master.aclose()
 
 
 async def first_offer(sched: Recorder, agent_id: AgentID | None = None) -> Offer:

@@ -19,7 +19,7 @@ from agora.sdk.messages import (
     Updates,
 )
 from support.fake_master import FakeAgent, FakeMaster, eventually
-from test_scheduler_driver import Recorder, driver_for, run
+from test_scheduler_driver import Recorder, run, subscribed
 
 TASKS = ("t1", "t2", "t3")
 
@@ -36,30 +36,26 @@ async def _send_updates(master: FakeMaster, agent: FakeAgent, framework_id: str)
     return batch
 
 
+async def _all_acked(agent: FakeAgent) -> None:
+    await eventually(lambda: len(agent.of_type(StatusUpdateAck)) == len(TASKS), "acks")
+
+
 def test_updates_reach_the_scheduler_in_order_and_are_acknowledged_in_one_message() -> None:
     async def main() -> None:
-        master = await FakeMaster.start()
-        agent = await master.add_agent("a1", "cpus:4;mem:4096")
         sched = Recorder()
-        driver = driver_for(sched, master)
-        try:
-            await driver.start()
+        async with subscribed(sched) as (master, agent, driver):
             assert driver.framework_id is not None
             (subscribe,) = master.of_type(Subscribe)
             assert BATCHES in subscribe.features
             batch = await _send_updates(master, agent, driver.framework_id)
             await eventually(lambda: len(sched.statuses) == len(TASKS), "three statuses")
             assert [s.task_id for s in sched.statuses] == list(TASKS)
-            await eventually(lambda: len(agent.of_type(StatusUpdateAck)) == len(TASKS), "acks")
+            await _all_acked(agent)
             (acks,) = master.of_type(Acknowledgements)
             assert [(a.task_id, a.uuid) for a in acks.acks] == [
                 (s.task_id, s.uuid) for s in batch.statuses
             ]
             assert not master.of_type(Acknowledge)
-        finally:
-            driver.stop()
-            await driver.join()
-            await master.aclose()
 
     run(main())
 
@@ -72,21 +68,12 @@ def test_a_master_that_does_not_read_batches_gets_one_acknowledge_per_update(
     monkeypatch.setattr(master_state, "FEATURES", ())  # a master from before batches
 
     async def main() -> None:
-        master = await FakeMaster.start()
-        agent = await master.add_agent("a1", "cpus:4;mem:4096")
-        sched = Recorder()
-        driver = driver_for(sched, master)
-        try:
-            await driver.start()
+        async with subscribed(Recorder()) as (master, agent, driver):
             assert driver.framework_id is not None
             await _send_updates(master, agent, driver.framework_id)
-            await eventually(lambda: len(agent.of_type(StatusUpdateAck)) == len(TASKS), "acks")
+            await _all_acked(agent)
             assert [a.task_id for a in master.of_type(Acknowledge)] == list(TASKS)
             assert not master.of_type(Acknowledgements)
-        finally:
-            driver.stop()
-            await driver.join()
-            await master.aclose()
 
     run(main())
 
@@ -101,22 +88,13 @@ class Reviver(Recorder):
 
 def test_acknowledgements_are_gathered_past_calls_queued_between_them() -> None:
     async def main() -> None:
-        master = await FakeMaster.start()
-        agent = await master.add_agent("a1", "cpus:4;mem:4096")
-        sched = Reviver()
-        driver = driver_for(sched, master)
-        try:
-            await driver.start()
+        async with subscribed(Reviver()) as (master, agent, driver):
             assert driver.framework_id is not None
             await _send_updates(master, agent, driver.framework_id)
-            await eventually(lambda: len(agent.of_type(StatusUpdateAck)) == len(TASKS), "acks")
+            await _all_acked(agent)
             await eventually(lambda: len(master.of_type(Revive)) == len(TASKS), "the revives")
             (acks,) = master.of_type(Acknowledgements)
             assert [a.task_id for a in acks.acks] == list(TASKS)
             assert not master.of_type(Acknowledge)
-        finally:
-            driver.stop()
-            await driver.join()
-            await master.aclose()
 
     run(main())

@@ -8,21 +8,17 @@ from typing import Any
 
 import pytest
 import structlog
-from agora.sdk import SchedulerDriver, TaskSpec
+from agora.sdk import TaskSpec
 from agora.sdk.messages import Accept, Decline, Filters, Offer
 from agora.sdk.scheduler._guard import TRACEBACK_FRAMES
-from support.fake_master import FakeMaster, eventually
-from test_scheduler_driver import Recorder, driver_for, first_offer, run
+from support.fake_master import eventually
+from test_scheduler_driver import Recorder, first_offer, run, subscribed
 
 
 def test_a_launch_the_codec_would_refuse_raises_at_the_call_and_keeps_the_offer() -> None:
     async def main() -> None:
-        master = await FakeMaster.start()
-        await master.add_agent("a1", "cpus:4;mem:4096")
         sched = Recorder()
-        driver = driver_for(sched, master)
-        try:
-            await driver.start()
+        async with subscribed(sched) as (master, _agent, driver):
             offer = await first_offer(sched)
             with pytest.raises(ValueError, match=r"ACCEPT\..*task_id"):
                 driver.launch(offer, [TaskSpec("t" * 300, "true", "cpus:1;mem:64")])
@@ -33,10 +29,6 @@ def test_a_launch_the_codec_would_refuse_raises_at_the_call_and_keeps_the_offer(
             assert accept.offer_ids == (offer.offer_id,)
             with pytest.raises(ValueError, match="refuse_seconds"):
                 driver.decline([], Filters(refuse_seconds=-1))
-        finally:
-            driver.stop()
-            await driver.join()
-            await master.aclose()
 
     run(main())
 
@@ -54,20 +46,12 @@ class Raises(Recorder):
 
 def test_offers_left_by_a_callback_that_raised_are_declined_and_the_traceback_is_short() -> None:
     async def main() -> None:
-        master = await FakeMaster.start()
-        await master.add_agent("a1", "cpus:4;mem:4096")
         sched = Raises()
-        driver: SchedulerDriver = driver_for(sched, master)
-        try:
-            await driver.start()
+        async with subscribed(sched) as (master, _agent, _driver):
             await eventually(lambda: master.of_type(Decline), "the DECLINE")
             (decline,) = master.of_type(Decline)[:1]
             assert decline.offer_ids == (sched.offers_seen[0].offer_id,)
             assert decline.filters == Filters()  # the default 5 s: no bounce back at once
-        finally:
-            driver.stop()
-            await driver.join()
-            await master.aclose()
 
     with structlog.testing.capture_logs() as logs:
         run(main())
