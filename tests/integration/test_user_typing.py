@@ -1,36 +1,35 @@
 """A framework author's own ``mypy --strict`` reads Agora's types under the editable install:
-the Typing example of the framework guide checks clean, and a wrong call is caught."""
+the Typing example of the framework guide checks clean as written, and a wrong call is caught."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-GOOD = '''\
-from agora.sdk import FrameworkID, Offer, Scheduler, SchedulerCalls, TaskSpec, TaskStatus
+ROOT = Path(__file__).resolve().parents[2]
 
 
-class Echo(Scheduler):
-    def offers(self, driver: SchedulerCalls, offers: list[Offer]) -> None:
-        for offer in offers:
-            driver.launch(offer, [TaskSpec("hello", "echo hello", "cpus:0.1;mem:32")])
+def _guide_example() -> str:
+    """The Typing section's example in docs/framework-guide.md, as a user would copy it."""
+    guide = (ROOT / "docs" / "framework-guide.md").read_text()
+    (block,) = [
+        b for b in re.findall(r"```python\n(.*?)```", guide, flags=re.S) if "class Echo" in b
+    ]
+    return str(block)
 
-    def status_update(self, driver: SchedulerCalls, status: TaskStatus) -> None:
-        framework: FrameworkID | None = driver.framework_id
-        print(framework, status.state)
-'''
 
-BAD = '''\
+BAD = """\
 from agora.sdk import Offer, Scheduler, SchedulerCalls
 
 
 class Wrong(Scheduler):
     def offers(self, driver: SchedulerCalls, offers: list[Offer]) -> None:
         driver.launch(offers[0], 5)
-'''
+"""
 
 
 def _mypy(tmp_path: Path, name: str, source: str) -> subprocess.CompletedProcess[str]:
@@ -47,7 +46,7 @@ def _mypy(tmp_path: Path, name: str, source: str) -> subprocess.CompletedProcess
 
 def test_a_users_strict_mypy_reads_agoras_types(tmp_path: Path) -> None:
     pytest.importorskip("mypy", reason="mypy is in the dev extra")
-    good = _mypy(tmp_path, "good.py", GOOD)
+    good = _mypy(tmp_path, "good.py", _guide_example())
     assert good.returncode == 0, good.stdout + good.stderr
     bad = _mypy(tmp_path, "bad.py", BAD)
     assert bad.returncode == 1, bad.stdout + bad.stderr
