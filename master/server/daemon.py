@@ -25,7 +25,9 @@ import structlog
 import zmq
 from agora.master.core import Master, Send
 from agora.master.core.actions import Action, Propose
+from agora.master.server.access import authorize
 from agora.master.server.batches import Batcher
+from agora.master.server.event_log import log_call, log_event
 from agora.master.server.leadership import Leadership
 from agora.master.server.stats import BAD_FRAME_TOP_PEERS, DaemonStats
 from agora.sdk.batching import unbatch
@@ -33,8 +35,6 @@ from agora.sdk.errors import ProtocolError
 from agora.sdk.history import History
 from agora.sdk.ids import new_kill_id
 from agora.sdk.messages import (
-    AgentRegistered,
-    AgentReregistered,
     AppendEntries,
     AppendReply,
     DetectLeader,
@@ -48,20 +48,13 @@ from agora.sdk.messages import (
     MasterMember,
     Message,
     Offers,
-    RegisterAgent,
-    ReregisterAgent,
     RunTask,
     RunTaskGroup,
     SnapshotReply,
     StateReply,
-    Subscribe,
-    Subscribed,
-    Teardown,
-    UnregisterAgent,
     VoteReply,
     VoteRequest,
 )
-from agora.sdk.messages.operator import OPERATOR_CALLS, OperatorKill
 from agora.sdk.ratelimit import KeyedLogLimiter
 from agora.sdk.transport import Acl, Received, Server
 from msgspec.structs import replace
@@ -454,18 +447,20 @@ class MasterDaemon:
         core = self._core
         assert core is not None
         if self._checked:
-            checked = self._authorize(peer, message, received.principal)
-            if isinstance(checked, Send):
+            checked = authorize(
+                message, received.principal, acl=self._acl, authenticated=self._authenticated
+            )
+            if isinstance(checked, str):
+                refusal = self._forbid(peer, received.principal, message, checked)
                 async with self._lock:
-                    await self._perform((checked,))
+                    await self._perform((refusal,))
                 return
             message = checked
         if self._debug:
             log.debug("received", peer=peer, message=message.NAME)
         if isinstance(message, Kill) and not message.kill_id:
             message = replace(message, kill_id=new_kill_id())  # from an older driver
-        if type(message) in _LOGGED_CALLS:
-            log.info(_LOGGED_CALLS[type(message)], peer=peer, **_fields(message))
+        log_call(peer, message)
         self._batcher.heard(peer, message)
         async with self._lock:
             try:
@@ -481,38 +476,6 @@ class MasterDaemon:
             log.warning("bad_frame", peer=peer, error=reason)
         async with self._lock:
             await self._perform((self._error(peer, ErrorCode.BAD_REQUEST, reason),))
-
-    def _authorize(self, peer: str, message: Message, principal: str | None) -> Message | Send:
-        """The message to hand the core, or the ERROR FORBIDDEN to answer instead.
-
-        With CURVE, a SUBSCRIBE's ``framework_info.principal`` must be the connection's principal
-        (it is filled in when left empty). The ACL (if any) is checked against the principal,
-        which is None when CURVE is off (then only ``"*"`` entries match).
-        """
-        authenticated = self._authenticated
-        if authenticated and principal is None:  # the ZAP handler admitted no such peer
-            return self._forbid(peer, principal, message, "unauthenticated connection")
-        acl = self._acl
-        if isinstance(message, Subscribe):
-            info = message.framework_info
-            if authenticated and info.principal is not None and info.principal != principal:
-                why = f"framework principal {info.principal!r} is not the connection's"
-                return self._forbid(peer, principal, message, why)
-            if acl is not None:
-                denied = acl.may_use_roles(principal, info.roles)
-                if denied is not None:
-                    why = f"role {denied!r} is not allowed"
-                    return self._forbid(peer, principal, message, why)
-            if authenticated and info.principal is None:
-                message = replace(message, framework_info=replace(info, principal=principal))
-        elif acl is None:
-            pass
-        elif isinstance(message, RegisterAgent | ReregisterAgent):
-            if not acl.may_register_agent(principal):
-                return self._forbid(peer, principal, message, "may not register agents")
-        elif isinstance(message, OPERATOR_CALLS) and not acl.may_operate(principal):
-            return self._forbid(peer, principal, message, "may not make operator calls")
-        return message
 
     def _forbid(self, peer: str, principal: str | None, message: Message, why: str) -> Send:
         log.warning("forbidden", peer=peer, principal=principal, message=message.NAME, reason=why)
@@ -624,8 +587,7 @@ class MasterDaemon:
                 history.record("acting", term=action.epoch, until=self._lease_until())
             if isinstance(message, StateReply) and self._leadership is not None:
                 message = replace(message, masters=self._leadership.members())
-            if type(message) in _LOGGED_EVENTS:
-                self._log_event(action)
+            log_event(core, action)
             if batcher.hold(action):
                 continue
             if batcher.holding:
@@ -680,71 +642,3 @@ class MasterDaemon:
         """Monotonic ns until which this leader's lease lets it act (for the history)."""
         assert self._leadership is not None
         return self._leadership.lease_until_ns()
-
-    def _log_event(self, action: Send) -> None:
-        message = action.message
-        core = self._core
-        if core is None:
-            return
-        if isinstance(message, AgentRegistered | AgentReregistered):
-            agent = core.state.agents.get(message.agent_id)
-            log.info(
-                _LOGGED_EVENTS[type(message)],
-                agent_id=message.agent_id,
-                hostname=agent.info.hostname if agent is not None else None,
-                peer=action.to,
-            )
-        elif isinstance(message, KillTask):
-            log.info(
-                "kill_sent",
-                framework_id=message.framework_id,
-                task_id=message.task_id,
-                kill_id=message.kill_id,
-                agent_id=core.state.agents_by_peer.get(action.to),
-                peer=action.to,
-            )
-        elif isinstance(message, Subscribed):
-            fw = core.state.frameworks.get(message.framework_id)
-            log.info(
-                "framework_subscribed",
-                framework_id=message.framework_id,
-                name=fw.info.name if fw is not None else None,
-                roles=list(fw.info.roles) if fw is not None else None,
-                peer=action.to,
-            )
-
-
-_LOGGED_EVENTS: Final[dict[type[Message], str]] = {
-    AgentRegistered: "agent_registered",
-    AgentReregistered: "agent_reregistered",
-    KillTask: "kill_sent",
-    Subscribed: "framework_subscribed",
-}
-
-_LOGGED_CALLS: Final[dict[type[Message], str]] = {
-    Kill: "kill_received",
-    Teardown: "framework_teardown",
-    UnregisterAgent: "agent_unregistering",
-    **{call: "operator_call" for call in OPERATOR_CALLS},
-}
-
-
-def _fields(message: Message) -> dict[str, object]:
-    if isinstance(message, Teardown):
-        return {"framework_id": message.framework_id}
-    if isinstance(message, Kill):
-        return {
-            "framework_id": message.framework_id,
-            "task_id": message.task_id,
-            "agent_id": message.agent_id,
-            "kill_id": message.kill_id,
-        }
-    if isinstance(message, OperatorKill):
-        return {
-            "call": message.NAME,
-            "task_id": message.task_id,
-            "framework_id": message.framework_id,
-        }
-    if isinstance(message, OPERATOR_CALLS):
-        return {"call": message.NAME, "args": repr(message)}
-    return {}
