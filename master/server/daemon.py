@@ -25,9 +25,9 @@ import structlog
 import zmq
 from agora.master.core import Master, Send
 from agora.master.core.actions import Action, Propose
-from agora.master.server.access import authorize
 from agora.master.server.batches import Batcher
 from agora.master.server.event_log import log_call, log_event
+from agora.master.server.gate import Gate, error_to
 from agora.master.server.leadership import Leadership
 from agora.master.server.stats import BAD_FRAME_TOP_PEERS, DaemonStats
 from agora.sdk.batching import unbatch
@@ -38,7 +38,6 @@ from agora.sdk.messages import (
     AppendEntries,
     AppendReply,
     DetectLeader,
-    Error,
     ErrorCode,
     Heartbeat,
     InstallSnapshot,
@@ -131,10 +130,7 @@ class MasterDaemon:
         self._server = server
         self._tick_interval = tick_interval
         self._peer_timeout = peer_timeout
-        self._acl = acl
-        self._authenticated = authenticated
-        self._electors = frozenset(electors) if electors is not None else None
-        self._checked = authenticated or acl is not None
+        self._gate = Gate(acl, authenticated=authenticated, electors=electors)
         self._clock = clock
         self._debug = debug
         #: Plain counters for the operator API's metrics, read at scrape time.
@@ -143,8 +139,6 @@ class MasterDaemon:
         #: Bad-frame warnings per peer: a few a second, the rest counted and summarised.
         self._bad_frame_log = KeyedLogLimiter(rate=3.0, burst=3, max_keys=256)
         self.stats.bad_frames_by_peer = lambda: self._bad_frame_log.counts(BAD_FRAME_TOP_PEERS)
-        #: Likewise for refused election traffic (one forger must not fill the log).
-        self._refusal_log = KeyedLogLimiter(rate=3.0, burst=3, max_keys=256)
         self._lock = asyncio.Lock()
         #: Updates and acknowledgements held to the end of a burst, for peers that read batches.
         self._batcher = Batcher()
@@ -399,21 +393,13 @@ class MasterDaemon:
     def _election(self, peer: str, message: Message, principal: str | None) -> None:
         if self._leadership is None:
             return
-        if self._authenticated and not self._may_elect(principal):
-            if self._refusal_log.allow(peer, time.monotonic()):
-                log.warning(
-                    "election_traffic_refused", peer=peer, principal=principal, kind=message.NAME
-                )
+        if not self._gate.admits_election(peer, message, principal, time.monotonic()):
             return
         self._election_peers.add(peer)
         self._leadership.receive(message)
 
     def _may_elect(self, principal: str | None) -> bool:
-        if principal is None:
-            return False
-        if self._electors is not None:
-            return principal in self._electors
-        return self._acl is None or self._acl.may_elect(principal)
+        return self._gate.may_elect(principal)
 
     async def _answer_leader(self, peer: str) -> None:
         if self._leadership is not None:
@@ -446,16 +432,12 @@ class MasterDaemon:
         peer = received.peer
         core = self._core
         assert core is not None
-        if self._checked:
-            checked = authorize(
-                message, received.principal, acl=self._acl, authenticated=self._authenticated
-            )
-            if isinstance(checked, str):
-                refusal = self._forbid(peer, received.principal, message, checked)
-                async with self._lock:
-                    await self._perform((refusal,))
-                return
-            message = checked
+        checked = self._gate.authorize(peer, message, received.principal, self._epoch())
+        if isinstance(checked, Send):
+            async with self._lock:
+                await self._perform((checked,))
+            return
+        message = checked
         if self._debug:
             log.debug("received", peer=peer, message=message.NAME)
         if isinstance(message, Kill) and not message.kill_id:
@@ -477,13 +459,12 @@ class MasterDaemon:
         async with self._lock:
             await self._perform((self._error(peer, ErrorCode.BAD_REQUEST, reason),))
 
-    def _forbid(self, peer: str, principal: str | None, message: Message, why: str) -> Send:
-        log.warning("forbidden", peer=peer, principal=principal, message=message.NAME, reason=why)
-        return self._error(peer, ErrorCode.FORBIDDEN, f"{message.NAME} forbidden: {why}")
-
     def _error(self, peer: str, code: ErrorCode, text: str) -> Send:
-        epoch = self._core.epoch if self._core is not None else 0
-        return Send(to=peer, message=Error(message=text, code=code), epoch=epoch)
+        return error_to(peer, code, text, self._epoch())
+
+    def _epoch(self) -> int:
+        """The epoch of this master's answers: its core's, 0 without one."""
+        return self._core.epoch if self._core is not None else 0
 
     # ------------------------------------------------------------------ timers
 
@@ -520,9 +501,7 @@ class MasterDaemon:
         suppressed = self._bad_frame_log.summary(time.monotonic())
         if suppressed is not None:
             log.warning("bad_frames_suppressed", **suppressed.log_fields())
-        refused = self._refusal_log.summary(time.monotonic())
-        if refused is not None:
-            log.warning("election_traffic_refusals_suppressed", **refused.log_fields())
+        self._gate.summarise_refusals(time.monotonic())
 
     def _forget_silent_peers(self) -> None:
         """On a standby, peers silent past the timeout are just forgotten."""
