@@ -18,17 +18,17 @@ import asyncio
 import collections
 import contextlib
 import time
-from collections.abc import Callable, Collection, Coroutine, Iterable
+from collections.abc import Callable, Collection, Coroutine
 from typing import Any, Final
 
 import structlog
 import zmq
 from agora.master.core import Master, Send
-from agora.master.core.actions import Action, Propose
-from agora.master.server.batches import Batcher
-from agora.master.server.event_log import log_call, log_event
+from agora.master.core.actions import Propose
+from agora.master.server.event_log import log_call
 from agora.master.server.gate import Gate, error_to
 from agora.master.server.leadership import Leadership
+from agora.master.server.outbox import LOCAL_PEER, Outbox
 from agora.master.server.stats import BAD_FRAME_TOP_PEERS, DaemonStats
 from agora.sdk.batching import unbatch
 from agora.sdk.errors import ProtocolError
@@ -42,15 +42,10 @@ from agora.sdk.messages import (
     Heartbeat,
     InstallSnapshot,
     Kill,
-    KillTask,
     LeaderInfo,
     MasterMember,
     Message,
-    Offers,
-    RunTask,
-    RunTaskGroup,
     SnapshotReply,
-    StateReply,
     VoteReply,
     VoteRequest,
 )
@@ -75,9 +70,6 @@ MAX_BACKLOG: Final = 20_000
 #: Client messages held while a leader's lease lapses (beyond this, the oldest are dropped:
 #: clients retry what matters).
 MAX_HELD: Final = 100_000
-#: Peer names of calls made in-process (the operator HTTP API): answers to them are handed back,
-#: not sent. ZeroMQ peers are hex routing ids, so they never start with this.
-LOCAL_PEER: Final = "local:"
 _ELECTION: Final = (
     VoteRequest,
     VoteReply,
@@ -119,7 +111,6 @@ class MasterDaemon:
         stands by) and follows :meth:`leadership_changed`; without, ``core`` is fixed."""
         self._core = core
         self._leadership = leadership
-        self._history = history if history is not None else History(None, "master")
         #: Peers that sent election traffic (other masters' links to us): never announced to.
         self._election_peers: set[str] = set()
         #: Client messages that arrived while the lease had lapsed, in arrival order.
@@ -140,15 +131,18 @@ class MasterDaemon:
         self._bad_frame_log = KeyedLogLimiter(rate=3.0, burst=3, max_keys=256)
         self.stats.bad_frames_by_peer = lambda: self._bad_frame_log.counts(BAD_FRAME_TOP_PEERS)
         self._lock = asyncio.Lock()
-        #: Updates and acknowledgements held to the end of a burst, for peers that read batches.
-        self._batcher = Batcher()
-        #: True while the receive loop handles a burst: held messages wait for its end.
-        self._in_burst = False
         self._stopped = asyncio.Event()
         #: peer -> monotonic time of its last frame; insertion order = least recently heard first.
         self._last_seen: dict[str, float] = {}
-        #: In-process callers (LOCAL_PEER + n) waiting for the core's answer to their call.
-        self._local: dict[str, asyncio.Future[Message]] = {}
+        self._outbox = Outbox(
+            server,
+            core=lambda: self._core,
+            leadership=lambda: self._leadership,
+            propose=self._start_proposal,
+            stats=self.stats,
+            history=history if history is not None else History(None, "master"),
+            debug=debug,
+        )
         self._local_calls = 0
 
     def attach(self, leadership: Leadership) -> None:
@@ -173,7 +167,8 @@ class MasterDaemon:
         # Checked again as the task starts: the lead or the lease may have gone meanwhile, and
         # nothing may be acted on then (the socket path holds such messages instead).
         if self._acting_core() is None or self._held:
-            if not answer.done() and received.peer in self._local:  # (its caller still waits)
+            waiting = received.peer in self._outbox.local  # (its caller still waits)
+            if waiting and not answer.done():
                 answer.set_exception(NotActing("this master is not acting as the leader now"))
             return
         assert received.message is not None
@@ -193,7 +188,7 @@ class MasterDaemon:
         self._local_calls += 1
         peer = f"{LOCAL_PEER}{self._local_calls}"
         answer: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
-        self._local[peer] = answer
+        self._outbox.local[peer] = answer
         # Handled to the end even if the caller gives up (timeout, client gone): a call cut off
         # half-way through sending its actions would leave the core's word half-spoken.
         handled = asyncio.get_running_loop().create_task(
@@ -207,7 +202,7 @@ class MasterDaemon:
                 await asyncio.shield(handled)
                 return await answer
         finally:
-            del self._local[peer]
+            del self._outbox.local[peer]
 
     @property
     def core(self) -> Master | None:
@@ -307,13 +302,13 @@ class MasterDaemon:
                 self._take(received)
             give_way = clock() + MAX_BATCH_SECONDS
             handled = 0
-            self._in_burst = True
+            self._outbox.in_burst = True
             try:
                 while backlog and handled < MAX_BATCH and clock() < give_way:
                     await self._dispatch(backlog.popleft())
                     handled += 1
             finally:
-                self._in_burst = False
+                self._outbox.in_burst = False
             # One event-triggered allocation for the whole burst, not one per message.
             core = self._acting_core()
             async with self._lock:
@@ -321,9 +316,9 @@ class MasterDaemon:
                     started = time.perf_counter()
                     actions = core.allocate_freed(self._clock())
                     self.stats.observe_allocation(time.perf_counter() - started)
-                    await self._perform(actions)
+                    await self._outbox.perform(actions)
                 else:
-                    await self._release_batches()
+                    await self._outbox.release_batches()
             if backlog or clock() - started >= MAX_BATCH_SECONDS:
                 await asyncio.sleep(0)  # let the election worker and the ticker run
 
@@ -435,7 +430,7 @@ class MasterDaemon:
         checked = self._gate.authorize(peer, message, received.principal, self._epoch())
         if isinstance(checked, Send):
             async with self._lock:
-                await self._perform((checked,))
+                await self._outbox.perform((checked,))
             return
         message = checked
         if self._debug:
@@ -443,21 +438,21 @@ class MasterDaemon:
         if isinstance(message, Kill) and not message.kill_id:
             message = replace(message, kill_id=new_kill_id())  # from an older driver
         log_call(peer, message)
-        self._batcher.heard(peer, message)
+        self._outbox.batcher.heard(peer, message)
         async with self._lock:
             try:
                 actions = core.handle(peer, message, self._clock(), allocate=False)
             except Exception:
                 log.exception("core_failed", peer=peer, message=message.NAME)
                 actions = [self._error(peer, ErrorCode.INTERNAL, f"{message.NAME} failed")]
-            await self._perform(actions)
+            await self._outbox.perform(actions)
 
     async def _bad_frame(self, peer: str, error: ProtocolError | None) -> None:
         reason = str(error) if error is not None else "bad frame"
         if self._bad_frame_log.allow(peer, time.monotonic()):
             log.warning("bad_frame", peer=peer, error=reason)
         async with self._lock:
-            await self._perform((self._error(peer, ErrorCode.BAD_REQUEST, reason),))
+            await self._outbox.perform((self._error(peer, ErrorCode.BAD_REQUEST, reason),))
 
     def _error(self, peer: str, code: ErrorCode, text: str) -> Send:
         return error_to(peer, code, text, self._epoch())
@@ -494,7 +489,7 @@ class MasterDaemon:
                     log.exception("core_tick_failed")
                     actions = []
                 self.stats.observe_allocation(time.perf_counter() - started)
-                await self._perform(actions)
+                await self._outbox.perform(actions)
                 await self._expire_peers(core, now)
 
     def _summarise_bad_frames(self) -> None:
@@ -513,7 +508,7 @@ class MasterDaemon:
                 break
             del seen[peer]
             self._election_peers.discard(peer)
-            self._batcher.forget(peer)
+            self._outbox.batcher.forget(peer)
 
     async def _expire_peers(self, core: Master, now: float) -> None:
         seen = self._last_seen
@@ -530,74 +525,18 @@ class MasterDaemon:
             if self._debug:
                 log.debug("peer_silent", peer=peer)
             self._election_peers.discard(peer)
-            self._batcher.forget(peer)
+            self._outbox.batcher.forget(peer)
             try:
                 actions = core.disconnected(peer, now)
             except Exception:
                 log.exception("core_disconnected_failed", peer=peer)
                 continue
-            await self._perform(actions)
+            await self._outbox.perform(actions)
 
     # ------------------------------------------------------------------ sending
 
-    async def _perform(self, actions: Iterable[Action]) -> None:
-        """Send what the core said, in order per peer. Updates and acknowledgements for peers
-        that read batches are held to the end of the receive loop's burst (or of this call,
-        outside one) and leave merged."""
-        history = self._history
-        batcher = self._batcher
-        local = self._local
-        core = self._core
-        if core is not None:
-            for notice in core.notices():
-                emit = log.warning if notice.level == "warning" else log.info
-                emit(notice.event, **dict(notice.fields))
-        for action in actions:
-            if isinstance(action, Propose):
-                self._spawn(self._propose(action), "master-propose")
-                continue
-            message = action.message
-            if action.to.startswith(LOCAL_PEER):
-                answer = local.get(action.to)
-                if answer is not None and not answer.done():
-                    answer.set_result(message)
-                continue  # (or the caller gave up waiting)
-            if history.enabled and isinstance(message, Offers | RunTask | RunTaskGroup):
-                history.record("acting", term=action.epoch, until=self._lease_until())
-            if isinstance(message, StateReply) and self._leadership is not None:
-                message = replace(message, masters=self._leadership.members())
-            log_event(core, action)
-            if batcher.hold(action):
-                continue
-            if batcher.holding:
-                for earlier, epoch in batcher.release_for(action.to):
-                    await self._send(action.to, earlier, epoch)
-            await self._send(action.to, message, action.epoch)
-        if not self._in_burst:
-            await self._release_batches()
-
-    async def _release_batches(self) -> None:
-        for peer, message, epoch in self._batcher.release():
-            await self._send(peer, message, epoch)
-
-    async def _send(self, peer: str, message: Message, epoch: int) -> None:
-        try:
-            delivered = await self._server.send(peer, message, epoch)
-        except (ProtocolError, zmq.ZMQError) as exc:
-            log.error("send_failed", peer=peer, message=message.NAME, error=str(exc))
-            self.stats.messages_dropped += 1
-            return
-        if not delivered:
-            self.stats.messages_dropped += 1
-            if isinstance(message, KillTask):
-                log.warning(
-                    "kill_undeliverable",
-                    peer=peer,
-                    task_id=message.task_id,
-                    kill_id=message.kill_id,
-                )
-            if self._debug:
-                log.debug("undeliverable", peer=peer, message=message.NAME)
+    def _start_proposal(self, action: Propose) -> None:
+        self._spawn(self._propose(action), "master-propose")
 
     async def _propose(self, action: Propose) -> None:
         """Replicate one registry change, then let the core that asked act on the outcome."""
@@ -615,9 +554,4 @@ class MasterDaemon:
                 actions = core.committed(action.seq, now)
             else:
                 actions = core.abandoned(action.seq, now)
-            await self._perform(actions)
-
-    def _lease_until(self) -> int:
-        """Monotonic ns until which this leader's lease lets it act (for the history)."""
-        assert self._leadership is not None
-        return self._leadership.lease_until_ns()
+            await self._outbox.perform(actions)

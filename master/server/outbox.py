@@ -1,0 +1,130 @@
+"""Carrying out what the master core said: its ``Send`` actions leave through the server.
+
+Messages leave in the order the core produced them, per peer. UPDATEs and STATUS_UPDATE_ACKs for
+peers that read batches are held (see :mod:`agora.master.server.batches`) to the end of the
+receive loop's burst, or of the call outside one, and leave merged. Answers to in-process calls
+(peers named :data:`LOCAL_PEER` + n) are handed to their waiting caller instead of sent. A
+``Propose`` (a registry change to replicate) goes to the daemon's callback. Sending never raises:
+a message that cannot be encoded or delivered is counted as dropped and logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+from typing import Final
+
+import structlog
+import zmq
+from agora.master.core import Master
+from agora.master.core.actions import Action, Propose
+from agora.master.server.batches import Batcher
+from agora.master.server.event_log import log_event
+from agora.master.server.leadership import Leadership
+from agora.master.server.stats import DaemonStats
+from agora.sdk.errors import ProtocolError
+from agora.sdk.history import History
+from agora.sdk.messages import KillTask, Message, Offers, RunTask, RunTaskGroup, StateReply
+from agora.sdk.transport import Server
+from msgspec.structs import replace
+
+__all__ = ["LOCAL_PEER", "Outbox"]
+
+log = structlog.get_logger(__name__)
+
+#: Peer names of calls made in-process (the operator HTTP API): answers to them are handed back,
+#: not sent. ZeroMQ peers are hex routing ids, so they never start with this.
+LOCAL_PEER: Final = "local:"
+
+
+class Outbox:
+    """Sends the actions of whichever core ``core()`` gives (the daemon's, which changes with the
+    leadership ``leadership()`` gives, if any)."""
+
+    def __init__(
+        self,
+        server: Server,
+        *,
+        core: Callable[[], Master | None],
+        leadership: Callable[[], Leadership | None],
+        propose: Callable[[Propose], None],
+        stats: DaemonStats,
+        history: History,
+        debug: bool,
+    ) -> None:
+        self._server = server
+        self._core = core
+        self._leadership = leadership
+        self._propose = propose
+        self._stats = stats
+        self._history = history
+        self._debug = debug
+        #: Updates and acknowledgements held to the end of a burst, for peers that read batches.
+        self.batcher = Batcher()
+        #: In-process callers (LOCAL_PEER + n) waiting for the core's answer to their call.
+        self.local: dict[str, asyncio.Future[Message]] = {}
+        #: True while the receive loop handles a burst: held messages wait for its end.
+        self.in_burst = False
+
+    async def perform(self, actions: Iterable[Action]) -> None:
+        """Send what the core said, in order per peer. Updates and acknowledgements for peers
+        that read batches are held to the end of the receive loop's burst (or of this call,
+        outside one) and leave merged."""
+        history = self._history
+        batcher = self.batcher
+        local = self.local
+        core = self._core()
+        leadership = self._leadership()
+        if core is not None:
+            for notice in core.notices():
+                emit = log.warning if notice.level == "warning" else log.info
+                emit(notice.event, **dict(notice.fields))
+        for action in actions:
+            if isinstance(action, Propose):
+                self._propose(action)
+                continue
+            message = action.message
+            if action.to.startswith(LOCAL_PEER):
+                answer = local.get(action.to)
+                if answer is not None and not answer.done():
+                    answer.set_result(message)
+                continue  # (or the caller gave up waiting)
+            if history.enabled and isinstance(message, Offers | RunTask | RunTaskGroup):
+                assert leadership is not None
+                history.record("acting", term=action.epoch, until=leadership.lease_until_ns())
+            if isinstance(message, StateReply) and leadership is not None:
+                message = replace(message, masters=leadership.members())
+            log_event(core, action)
+            if batcher.hold(action):
+                continue
+            if batcher.holding:
+                for earlier, epoch in batcher.release_for(action.to):
+                    await self.send(action.to, earlier, epoch)
+            await self.send(action.to, message, action.epoch)
+        if not self.in_burst:
+            await self.release_batches()
+
+    async def release_batches(self) -> None:
+        """Send everything held for peers that read batches, merged."""
+        for peer, message, epoch in self.batcher.release():
+            await self.send(peer, message, epoch)
+
+    async def send(self, peer: str, message: Message, epoch: int) -> None:
+        """Send one message; failures are counted as dropped and logged, never raised."""
+        try:
+            delivered = await self._server.send(peer, message, epoch)
+        except (ProtocolError, zmq.ZMQError) as exc:
+            log.error("send_failed", peer=peer, message=message.NAME, error=str(exc))
+            self._stats.messages_dropped += 1
+            return
+        if not delivered:
+            self._stats.messages_dropped += 1
+            if isinstance(message, KillTask):
+                log.warning(
+                    "kill_undeliverable",
+                    peer=peer,
+                    task_id=message.task_id,
+                    kill_id=message.kill_id,
+                )
+            if self._debug:
+                log.debug("undeliverable", peer=peer, message=message.NAME)
