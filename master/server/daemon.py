@@ -29,6 +29,7 @@ from agora.master.server.event_log import log_call
 from agora.master.server.gate import Gate, error_to
 from agora.master.server.leadership import Leadership
 from agora.master.server.outbox import LOCAL_PEER, Outbox
+from agora.master.server.peers import PeerTable
 from agora.master.server.stats import BAD_FRAME_TOP_PEERS, DaemonStats
 from agora.sdk.batching import unbatch
 from agora.sdk.errors import ProtocolError
@@ -111,8 +112,6 @@ class MasterDaemon:
         stands by) and follows :meth:`leadership_changed`; without, ``core`` is fixed."""
         self._core = core
         self._leadership = leadership
-        #: Peers that sent election traffic (other masters' links to us): never announced to.
-        self._election_peers: set[str] = set()
         #: Client messages that arrived while the lease had lapsed, in arrival order.
         self._held: collections.deque[Received] = collections.deque(maxlen=MAX_HELD)
         #: Client frames taken off the socket, in arrival order, not handled yet.
@@ -132,8 +131,8 @@ class MasterDaemon:
         self.stats.bad_frames_by_peer = lambda: self._bad_frame_log.counts(BAD_FRAME_TOP_PEERS)
         self._lock = asyncio.Lock()
         self._stopped = asyncio.Event()
-        #: peer -> monotonic time of its last frame; insertion order = least recently heard first.
-        self._last_seen: dict[str, float] = {}
+        #: Who was heard from when (monotonic), and which peers are other masters.
+        self._peers = PeerTable()
         self._outbox = Outbox(
             server,
             core=lambda: self._core,
@@ -237,9 +236,7 @@ class MasterDaemon:
         info = self._leadership.leader_info()
         epoch = self._leadership.node.term
         log.info("leader_announced", leader=info.leader, epoch=epoch)
-        for peer in list(self._last_seen):
-            if peer in self._election_peers:
-                continue
+        for peer in self._peers.clients():
             with contextlib.suppress(ProtocolError, zmq.ZMQError):
                 await self._server.send(peer, info, epoch)
 
@@ -339,9 +336,7 @@ class MasterDaemon:
             self._backlog.extend(Received(peer, part, epoch, None, principal) for part in parts)
 
     def _note_peer(self, peer: str) -> None:
-        seen = self._last_seen
-        seen.pop(peer, None)
-        seen[peer] = time.monotonic()
+        self._peers.heard(peer, time.monotonic())
 
     async def _dispatch(self, received: Received) -> None:
         peer = received.peer
@@ -390,7 +385,7 @@ class MasterDaemon:
             return
         if not self._gate.admits_election(peer, message, principal, time.monotonic()):
             return
-        self._election_peers.add(peer)
+        self._peers.electing(peer)
         self._leadership.receive(message)
 
     def _may_elect(self, principal: str | None) -> bool:
@@ -500,31 +495,14 @@ class MasterDaemon:
 
     def _forget_silent_peers(self) -> None:
         """On a standby, peers silent past the timeout are just forgotten."""
-        cutoff = time.monotonic() - self._peer_timeout
-        seen = self._last_seen
-        while seen:
-            peer, at = next(iter(seen.items()))
-            if at > cutoff:
-                break
-            del seen[peer]
-            self._election_peers.discard(peer)
+        for peer in self._peers.expire(time.monotonic() - self._peer_timeout):
             self._outbox.batcher.forget(peer)
 
     async def _expire_peers(self, core: Master, now: float) -> None:
-        seen = self._last_seen
-        if not seen:
-            return
-        cutoff = time.monotonic() - self._peer_timeout
-        silent: list[str] = []
-        for peer, at in seen.items():
-            if at > cutoff:
-                break
-            silent.append(peer)
-        for peer in silent:
-            del seen[peer]
+        """Peers silent past the timeout are reported to the core as disconnected."""
+        for peer in self._peers.expire(time.monotonic() - self._peer_timeout):
             if self._debug:
                 log.debug("peer_silent", peer=peer)
-            self._election_peers.discard(peer)
             self._outbox.batcher.forget(peer)
             try:
                 actions = core.disconnected(peer, now)
