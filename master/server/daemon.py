@@ -28,7 +28,8 @@ from agora.master.core.actions import Propose
 from agora.master.server.event_log import log_call
 from agora.master.server.gate import Gate, error_to
 from agora.master.server.leadership import Leadership
-from agora.master.server.outbox import LOCAL_PEER, Outbox
+from agora.master.server.local_calls import LOCAL_PEER, LocalCalls, NotActing
+from agora.master.server.outbox import Outbox
 from agora.master.server.peers import PeerTable
 from agora.master.server.stats import BAD_FRAME_TOP_PEERS, DaemonStats
 from agora.sdk.batching import unbatch
@@ -81,10 +82,6 @@ _ELECTION: Final = (
 )
 
 
-class NotActing(RuntimeError):
-    """This master cannot act on a call now: it stands by, or its leader lease lapsed."""
-
-
 class MasterDaemon:
     """Moves messages between a :class:`Server` and a :class:`Master` until :meth:`stop`."""
 
@@ -133,16 +130,21 @@ class MasterDaemon:
         self._stopped = asyncio.Event()
         #: Who was heard from when (monotonic), and which peers are other masters.
         self._peers = PeerTable()
+        self._local = LocalCalls(
+            acting=lambda: self._acting_core() is not None and not self._held,
+            handle=self._handle,
+            spawn=self._spawn,
+        )
         self._outbox = Outbox(
             server,
             core=lambda: self._core,
             leadership=lambda: self._leadership,
             propose=self._start_proposal,
+            answer_local=self._local.answer,
             stats=self.stats,
             history=history if history is not None else History(None, "master"),
             debug=debug,
         )
-        self._local_calls = 0
 
     def attach(self, leadership: Leadership) -> None:
         """Follow ``leadership``: the core becomes the one of the term this master leads."""
@@ -162,17 +164,6 @@ class MasterDaemon:
             "masters": list(info.masters),
         }
 
-    async def _handle_local(self, received: Received, answer: asyncio.Future[Message]) -> None:
-        # Checked again as the task starts: the lead or the lease may have gone meanwhile, and
-        # nothing may be acted on then (the socket path holds such messages instead).
-        if self._acting_core() is None or self._held:
-            waiting = received.peer in self._outbox.local  # (its caller still waits)
-            if waiting and not answer.done():
-                answer.set_exception(NotActing("this master is not acting as the leader now"))
-            return
-        assert received.message is not None
-        await self._handle(received, received.message)
-
     def members(self) -> tuple[MasterMember, ...]:
         """The election group as this master sees it (empty without one)."""
         return () if self._leadership is None else self._leadership.members()
@@ -182,26 +173,7 @@ class MasterDaemon:
         same ACL, the same core, in order with everything else. Returns the core's first answer
         (OPERATOR_DONE, STATE or ERROR). NotActing when this master cannot act now; TimeoutError
         when no answer came in ``timeout`` (a registry change may still take effect)."""
-        if self._acting_core() is None or self._held:
-            raise NotActing("this master is not acting as the leader now")
-        self._local_calls += 1
-        peer = f"{LOCAL_PEER}{self._local_calls}"
-        answer: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
-        self._outbox.local[peer] = answer
-        # Handled to the end even if the caller gives up (timeout, client gone): a call cut off
-        # half-way through sending its actions would leave the core's word half-spoken.
-        handled = asyncio.get_running_loop().create_task(
-            self._handle_local(Received(peer, message, 0, None, principal), answer),
-            name="master-operator-call",
-        )
-        self._background.add(handled)
-        handled.add_done_callback(self._background.discard)
-        try:
-            async with asyncio.timeout(timeout):
-                await asyncio.shield(handled)
-                return await answer
-        finally:
-            del self._outbox.local[peer]
+        return await self._local.call(message, principal, timeout)
 
     @property
     def core(self) -> Master | None:
@@ -240,10 +212,12 @@ class MasterDaemon:
             with contextlib.suppress(ProtocolError, zmq.ZMQError):
                 await self._server.send(peer, info, epoch)
 
-    def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
+    def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        """Run ``work`` until done or until :meth:`run` returns."""
         task = asyncio.get_running_loop().create_task(work, name=name)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+        return task
 
     # ------------------------------------------------------------------ lifecycle
 

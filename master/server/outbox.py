@@ -3,16 +3,14 @@
 Messages leave in the order the core produced them, per peer. UPDATEs and STATUS_UPDATE_ACKs for
 peers that read batches are held (see :mod:`agora.master.server.batches`) to the end of the
 receive loop's burst, or of the call outside one, and leave merged. Answers to in-process calls
-(peers named :data:`LOCAL_PEER` + n) are handed to their waiting caller instead of sent. A
+(see :mod:`agora.master.server.local_calls`) are handed to their caller instead of sent. A
 ``Propose`` (a registry change to replicate) goes to the daemon's callback. Sending never raises:
 a message that cannot be encoded or delivered is counted as dropped and logged.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterable
-from typing import Final
 
 import structlog
 import zmq
@@ -21,6 +19,7 @@ from agora.master.core.actions import Action, Propose
 from agora.master.server.batches import Batcher
 from agora.master.server.event_log import log_event
 from agora.master.server.leadership import Leadership
+from agora.master.server.local_calls import LOCAL_PEER
 from agora.master.server.stats import DaemonStats
 from agora.sdk.errors import ProtocolError
 from agora.sdk.history import History
@@ -28,13 +27,9 @@ from agora.sdk.messages import KillTask, Message, Offers, RunTask, RunTaskGroup,
 from agora.sdk.transport import Server
 from msgspec.structs import replace
 
-__all__ = ["LOCAL_PEER", "Outbox"]
+__all__ = ["Outbox"]
 
 log = structlog.get_logger(__name__)
-
-#: Peer names of calls made in-process (the operator HTTP API): answers to them are handed back,
-#: not sent. ZeroMQ peers are hex routing ids, so they never start with this.
-LOCAL_PEER: Final = "local:"
 
 
 class Outbox:
@@ -48,6 +43,7 @@ class Outbox:
         core: Callable[[], Master | None],
         leadership: Callable[[], Leadership | None],
         propose: Callable[[Propose], None],
+        answer_local: Callable[[str, Message], None],
         stats: DaemonStats,
         history: History,
         debug: bool,
@@ -56,13 +52,12 @@ class Outbox:
         self._core = core
         self._leadership = leadership
         self._propose = propose
+        self._answer_local = answer_local
         self._stats = stats
         self._history = history
         self._debug = debug
         #: Updates and acknowledgements held to the end of a burst, for peers that read batches.
         self.batcher = Batcher()
-        #: In-process callers (LOCAL_PEER + n) waiting for the core's answer to their call.
-        self.local: dict[str, asyncio.Future[Message]] = {}
         #: True while the receive loop handles a burst: held messages wait for its end.
         self.in_burst = False
 
@@ -72,7 +67,6 @@ class Outbox:
         outside one) and leave merged."""
         history = self._history
         batcher = self.batcher
-        local = self.local
         core = self._core()
         leadership = self._leadership()
         if core is not None:
@@ -85,10 +79,8 @@ class Outbox:
                 continue
             message = action.message
             if action.to.startswith(LOCAL_PEER):
-                answer = local.get(action.to)
-                if answer is not None and not answer.done():
-                    answer.set_result(message)
-                continue  # (or the caller gave up waiting)
+                self._answer_local(action.to, message)
+                continue
             if history.enabled and isinstance(message, Offers | RunTask | RunTaskGroup):
                 assert leadership is not None
                 history.record("acting", term=action.epoch, until=leadership.lease_until_ns())
