@@ -15,7 +15,6 @@ of its timers are relative. Peer liveness uses the monotonic clock.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import time
 from collections.abc import Callable, Collection, Coroutine
@@ -27,12 +26,12 @@ from agora.master.core import Master, Send
 from agora.master.core.actions import Propose
 from agora.master.server.event_log import log_call
 from agora.master.server.gate import Gate, error_to
+from agora.master.server.inbox import Inbox
 from agora.master.server.leadership import Leadership
 from agora.master.server.local_calls import LOCAL_PEER, LocalCalls, NotActing
 from agora.master.server.outbox import Outbox
 from agora.master.server.peers import PeerTable
 from agora.master.server.stats import BAD_FRAME_TOP_PEERS, DaemonStats
-from agora.sdk.batching import unbatch
 from agora.sdk.errors import ProtocolError
 from agora.sdk.history import History
 from agora.sdk.ids import new_kill_id
@@ -66,12 +65,6 @@ MAX_BATCH: Final = 1024
 #: within the election timeout) and the ticker get the loop at least this often, however long a
 #: burst of client messages is.
 MAX_BATCH_SECONDS: Final = 0.005
-#: Client messages taken off the socket but not handled yet, beyond which the socket is left to
-#: queue (and push back on the clients).
-MAX_BACKLOG: Final = 20_000
-#: Client messages held while a leader's lease lapses (beyond this, the oldest are dropped:
-#: clients retry what matters).
-MAX_HELD: Final = 100_000
 _ELECTION: Final = (
     VoteRequest,
     VoteReply,
@@ -109,10 +102,6 @@ class MasterDaemon:
         stands by) and follows :meth:`leadership_changed`; without, ``core`` is fixed."""
         self._core = core
         self._leadership = leadership
-        #: Client messages that arrived while the lease had lapsed, in arrival order.
-        self._held: collections.deque[Received] = collections.deque(maxlen=MAX_HELD)
-        #: Client frames taken off the socket, in arrival order, not handled yet.
-        self._backlog: collections.deque[Received] = collections.deque()
         self._background: set[asyncio.Task[None]] = set()
         self._server = server
         self._tick_interval = tick_interval
@@ -122,7 +111,9 @@ class MasterDaemon:
         self._debug = debug
         #: Plain counters for the operator API's metrics, read at scrape time.
         self.stats = stats if stats is not None else DaemonStats()
-        self.stats.queue_size = lambda: len(self._backlog) + len(self._held)
+        #: Client messages not handled yet: the backlog, and those held while it may not act.
+        self._inbox = Inbox(self.stats)
+        self.stats.queue_size = lambda: len(self._inbox)
         #: Bad-frame warnings per peer: a few a second, the rest counted and summarised.
         self._bad_frame_log = KeyedLogLimiter(rate=3.0, burst=3, max_keys=256)
         self.stats.bad_frames_by_peer = lambda: self._bad_frame_log.counts(BAD_FRAME_TOP_PEERS)
@@ -131,7 +122,7 @@ class MasterDaemon:
         #: Who was heard from when (monotonic), and which peers are other masters.
         self._peers = PeerTable()
         self._local = LocalCalls(
-            acting=lambda: self._acting_core() is not None and not self._held,
+            acting=lambda: self._acting_core() is not None and not self._inbox.held,
             handle=self._handle,
             spawn=self._spawn,
         )
@@ -190,8 +181,8 @@ class MasterDaemon:
             return
         self._core = new
         if new is None:
-            self._held.clear()  # what a lost term held is not ours to act on
-        elif self._held:
+            self._inbox.held.clear()  # what a lost term held is not ours to act on
+        elif self._inbox.held:
             self._spawn(self._release_held(), "master-release-held")
         self._spawn(self._announce(), "master-announce")
 
@@ -259,14 +250,15 @@ class MasterDaemon:
         election worker at once and keeping client messages (in order) in a backlog, then
         handles the backlog for a while and yields."""
         server = self._server
-        backlog = self._backlog
+        inbox = self._inbox
+        backlog = inbox.backlog
         clock = time.perf_counter
         while True:
             if not backlog:
                 self._take(await server.recv())
             started = clock()
             give_way = started + MAX_BATCH_SECONDS
-            while len(backlog) < MAX_BACKLOG and clock() < give_way:
+            while not inbox.full() and clock() < give_way:
                 received = server.recv_nowait()
                 if received is None:
                     break
@@ -302,12 +294,7 @@ class MasterDaemon:
             self.stats.messages_received += 1
             self._election(received.peer, message, received.principal)
             return
-        parts = unbatch(message) if message is not None else (None,)
-        if len(parts) == 1:
-            self._backlog.append(received)
-        else:  # each message a batch carries is checked and handled on its own
-            peer, epoch, principal = received.peer, received.epoch, received.principal
-            self._backlog.extend(Received(peer, part, epoch, None, principal) for part in parts)
+        self._inbox.queue(received)
 
     def _note_peer(self, peer: str) -> None:
         self._peers.heard(peer, time.monotonic())
@@ -331,21 +318,16 @@ class MasterDaemon:
             return
         if self._core is None:
             if self._leadership is not None and self._leadership.about_to_lead():
-                self._hold(received)  # served once active (a no-op commit away)
+                self._inbox.hold(received)  # served once active (a no-op commit away)
             else:
                 await self._answer_leader(peer)  # a standby serves no client call
             return
-        if self._held or self._acting_core() is None:
+        if self._inbox.held or self._acting_core() is None:
             # The lease lapsed (act on it once renewed, or never), or older messages still wait
             # for that: they go first.
-            self._hold(received)
+            self._inbox.hold(received)
             return
         await self._handle(received, message)
-
-    def _hold(self, received: Received) -> None:
-        if len(self._held) == self._held.maxlen:
-            self.stats.messages_dropped += 1  # the oldest goes
-        self._held.append(received)
 
     def _acting_core(self) -> Master | None:
         """The core, if this master may act now: it leads and (in a group) holds its lease."""
@@ -383,12 +365,12 @@ class MasterDaemon:
         Thousands may be held (every agent re-registering at a lapse): yield every few
         milliseconds, or the election worker would starve and the lease lapse again."""
         give_way = time.perf_counter() + MAX_BATCH_SECONDS
-        while self._held and self._acting_core() is not None:
+        while self._inbox.held and self._acting_core() is not None:
             if time.perf_counter() >= give_way:
                 await asyncio.sleep(0)
                 give_way = time.perf_counter() + MAX_BATCH_SECONDS
                 continue
-            received = self._held.popleft()
+            received = self._inbox.held.popleft()
             if received.message is not None:
                 await self._handle(received, received.message)
 
@@ -440,7 +422,7 @@ class MasterDaemon:
             if self._leadership is not None and self._leadership.node.error is not None:
                 # The election state could not be made durable: voting on would risk safety.
                 raise RuntimeError(f"election halted: {self._leadership.node.error}")
-            if self._held:
+            if self._inbox.held:
                 await self._release_held()
             core = self._acting_core()
             if core is None:
