@@ -10,6 +10,12 @@ leave in the order the core produced them.
 
 The core is given wall-clock time (``time.time()``): it stamps task statuses with ``now`` and all
 of its timers are relative. Peer liveness uses the monotonic clock.
+
+Its parts: :mod:`~agora.master.server.inbox` (the backlog and held messages),
+:mod:`~agora.master.server.gate` (the ACL and election-traffic checks),
+:mod:`~agora.master.server.outbox` (sending the core's actions),
+:mod:`~agora.master.server.peers` (liveness) and :mod:`~agora.master.server.local_calls` (the
+operator HTTP API's in-process calls).
 """
 
 from __future__ import annotations
