@@ -19,5 +19,7 @@ def runtime_paths() -> tuple[str, ...]:
     import agora.sdk
 
     found = {sys.prefix, sys.exec_prefix, sys.base_prefix, os.path.dirname(sys.executable)}
-    found.update(os.path.dirname(p) for p in agora.sdk.__path__)
+    # Resolved: a checkout's editable install reaches the folders through pkg/agora's links,
+    # and the checkout itself (which holds pkg/) is what must be visible.
+    found.update(os.path.dirname(os.path.realpath(p)) for p in agora.sdk.__path__)
     return tuple(sorted(p for p in found if os.path.isabs(p)))

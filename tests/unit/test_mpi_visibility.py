@@ -73,7 +73,9 @@ def test_the_kept_runtime_holds_this_python_and_agoras_packages() -> None:
     kept = runtime_paths()
     assert sys.prefix in kept
     for package in (agora.sdk, agora.agent):  # the agent's executors run from beside the SDK
-        assert all(os.path.dirname(p) in kept for p in package.__path__)
+        for path in package.__path__:  # as imported (an editable install: through pkg/agora)
+            for where in (path, os.path.realpath(path)):
+                assert any(where.startswith(k + os.sep) for k in kept), (where, kept)
 
 
 def test_the_cli_prints_one_line_and_submits_nothing(tmp_path: Path) -> None:
