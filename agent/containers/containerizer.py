@@ -16,7 +16,8 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Protocol
+from types import TracebackType
+from typing import Final, NotRequired, Protocol, TypedDict, Unpack
 
 import structlog
 from agora.agent.containers._mounts import AGENT_DIR_IN_ROOTFS
@@ -35,6 +36,7 @@ __all__ = [
     "Container",
     "Containerizer",
     "LaunchError",
+    "LaunchRequest",
     "User",
     "container_name",
     "endpoint_in_image",
@@ -167,6 +169,55 @@ class Container:
             log.error("container_destroy_failed", container=self.name, error=str(exc))
 
 
+class LaunchRequest(TypedDict):
+    """What :meth:`Containerizer.launch` starts, and in what container."""
+
+    argv: Sequence[str]
+    env: Mapping[str, str]
+    #: The sandbox on the host (the process's working directory).
+    sandbox: str
+    stdin: int
+    stdout: int
+    stderr: int
+    #: The container's limits are made from these.
+    resources: Resources
+    info: NotRequired[ContainerInfo | None]
+    user: NotRequired[User | None]
+    hostname: NotRequired[str | None]
+    #: Share this network namespace (``/proc/<pid>/ns/net`` of a task group's first isolated
+    #: member) rather than make one.
+    join_network: NotRequired[str | None]
+
+
+@dataclass(eq=False, slots=True)
+class _Prepared:
+    """A container built but not started: its cgroup exists, its launch spec is ready. As a
+    context manager around the spawn, it destroys the cgroup if the spawn fails (or is
+    cancelled)."""
+
+    name: str
+    spec: ContainerSpec
+    cgroup: Cgroup | None
+    sandbox: str
+    #: The sandbox as the container sees it.
+    sandbox_path: str
+
+    def container(self, pid: int) -> Container:
+        return Container(self.name, pid, self.cgroup, self.sandbox_path)
+
+    def __enter__(self) -> _Prepared:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if kind is not None and self.cgroup is not None:
+            Container(self.name, 0, self.cgroup, self.sandbox).destroy()
+
+
 class Containerizer:
     """Builds containers per the config; ``cgroups`` is the detected hierarchy (None: no cgroup
     isolators usable), ``images`` the image store (None: no images)."""
@@ -235,111 +286,51 @@ class Containerizer:
         """The task's sandbox as the task sees it."""
         return SANDBOX_IN_IMAGE if info is not None and info.image is not None else sandbox
 
-    def launch(
-        self,
-        name: str,
-        *,
-        argv: Sequence[str],
-        env: Mapping[str, str],
-        sandbox: str,
-        stdin: int,
-        stdout: int,
-        stderr: int,
-        resources: Resources,
-        info: ContainerInfo | None = None,
-        user: User | None = None,
-        hostname: str | None = None,
-        join_network: str | None = None,
-    ) -> Container:
-        """Create the container and start ``argv`` in it; raises LaunchError (nothing is left
-        behind then). ``join_network``: share that network namespace (``/proc/<pid>/ns/net``
-        of a task group's first isolated member) rather than make one."""
-        spec, cgroup = self._build(
-            name,
-            argv,
-            env,
-            sandbox,
-            stdin,
-            stdout,
-            stderr,
-            resources,
-            info,
-            user,
-            hostname,
-            join_network,
-        )
-        try:
-            forkserver = self._forkserver
+    def launch(self, name: str, **request: Unpack[LaunchRequest]) -> Container:
+        """Create the container and start ``request['argv']`` in it; raises LaunchError (nothing
+        is left behind then)."""
+        prepared = self._build(name, request)
+        forkserver = self._forkserver
+        with prepared:
+            spec = prepared.spec
             pid = forkserver.spawn(spec) if forkserver is not None else spawn(spec)
-        except BaseException:
-            if cgroup is not None:
-                Container(name, 0, cgroup, sandbox).destroy()
-            raise
-        return Container(name, pid, cgroup, self.sandbox_path(info, sandbox))
+        return prepared.container(pid)
 
     @property
     def launches_async(self) -> bool:
         """Whether :meth:`launch_async` sets containers up while the event loop goes on."""
         return self._forkserver is not None
 
-    async def launch_async(
-        self,
-        name: str,
-        *,
-        argv: Sequence[str],
-        env: Mapping[str, str],
-        sandbox: str,
-        stdin: int,
-        stdout: int,
-        stderr: int,
-        resources: Resources,
-        info: ContainerInfo | None = None,
-        user: User | None = None,
-        hostname: str | None = None,
-    ) -> Container:
+    async def launch_async(self, name: str, **request: Unpack[LaunchRequest]) -> Container:
         """:meth:`launch` through the fork server without blocking the event loop (several
         containers are set up at once); needs a fork server. Cancelled, it leaves nothing."""
         assert self._forkserver is not None, "launch_async needs a fork server"
-        spec, cgroup = self._build(
-            name, argv, env, sandbox, stdin, stdout, stderr, resources, info, user, hostname, None
-        )
-        try:
-            pid = await self._forkserver.spawn_async(spec)
-        except BaseException:
-            if cgroup is not None:
-                Container(name, 0, cgroup, sandbox).destroy()
-            raise
-        return Container(name, pid, cgroup, self.sandbox_path(info, sandbox))
+        prepared = self._build(name, request)
+        with prepared:
+            pid = await self._forkserver.spawn_async(prepared.spec)
+        return prepared.container(pid)
 
-    def _build(
-        self,
-        name: str,
-        argv: Sequence[str],
-        env: Mapping[str, str],
-        sandbox: str,
-        stdin: int,
-        stdout: int,
-        stderr: int,
-        resources: Resources,
-        info: ContainerInfo | None,
-        user: User | None,
-        hostname: str | None,
-        join_network: str | None,
-    ) -> tuple[ContainerSpec, Cgroup | None]:
+    def _build(self, name: str, request: LaunchRequest) -> _Prepared:
         """The container's cgroup (created) and its launch spec; LaunchError (nothing left)."""
+        info = request.get("info")
+        env = request["env"]
         problem = self.problem(info)
         if problem is not None:
             raise LaunchError(problem)
         cgroup: Cgroup | None = None
         if self._cgroups is not None:
             try:
-                limits = limits_of(resources, self.config, env.get("CUDA_VISIBLE_DEVICES"))
+                limits = limits_of(
+                    request["resources"], self.config, env.get("CUDA_VISIBLE_DEVICES")
+                )
                 cgroup = self._cgroups.create(name, limits)
             except (OSError, CgroupError) as exc:
                 raise LaunchError(f"cannot create the container's cgroup: {exc}") from None
         namespaces = set(self.config.namespaces)
         rootfs = None
         volumes: tuple[Bind, ...] = ()
+        hostname = request.get("hostname")
+        join_network = request.get("join_network")
         if info is not None:
             if info.network_isolation:
                 namespaces.add("net")
@@ -357,13 +348,15 @@ class Containerizer:
             hostname = info.hostname
         if join_network is not None:
             namespaces.discard("net")
+        user = request.get("user")
+        sandbox = request["sandbox"]
         spec = ContainerSpec(
-            argv=tuple(argv),
+            argv=tuple(request["argv"]),
             env=env,
             sandbox=sandbox,
-            stdin=stdin,
-            stdout=stdout,
-            stderr=stderr,
+            stdin=request["stdin"],
+            stdout=request["stdout"],
+            stderr=request["stderr"],
             uid=user.uid if user else None,
             gid=user.gid if user else None,
             groups=user.groups if user else (),
@@ -376,7 +369,7 @@ class Containerizer:
             keep_visible=self._runtime,
             agent_dir=self._agent_dir,
         )
-        return spec, cgroup
+        return _Prepared(name, spec, cgroup, sandbox, self.sandbox_path(info, sandbox))
 
     def recover(self, name: str, pid: int, sandbox: str) -> Container:
         """The container of a running process started by an earlier agent or executor."""

@@ -10,11 +10,13 @@ ended the task and destroys the container. (The agent samples the containers' us
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import structlog
 from agora.agent.containers.containerizer import (
     Container,
     Containerizer,
+    LaunchRequest,
     container_name,
     host_name_for,
 )
@@ -67,37 +69,7 @@ class TaskContainers:
         ``join_network``: the network namespace to share (a task group's)."""
         if not self._containerizer.isolates(task.container):
             return None
-        name = container_name(self._framework_id, task.task_id)
-        hostname = host_name_for(task.task_id)
-        # With a pid namespace the watched pid is the container's init (see launch.py).
-        init = "pid" in self.config.namespaces
-
-        def start(
-            argv: list[str],
-            env: Mapping[str, str],
-            sandbox: str,
-            stdin: int,
-            stdout: int,
-            stderr: int,
-        ) -> Started:
-            container = self._containerizer.launch(
-                name,
-                argv=argv,
-                env=env,
-                sandbox=sandbox,
-                stdin=stdin,
-                stdout=stdout,
-                stderr=stderr,
-                resources=task.resources,
-                info=task.container,
-                user=run_as,
-                hostname=hostname,
-                join_network=join_network,
-            )
-            self._live[task.task_id] = container
-            return Started(container.pid, init=init)
-
-        return start
+        return self._launch(task, run_as, join_network).start
 
     def async_starter(self, task: TaskInfo, run_as: RunAs | None) -> AsyncStarter | None:
         """Like :meth:`starter`, but the container is set up by the fork server while the event
@@ -107,35 +79,13 @@ class TaskContainers:
             return None
         if not self._containerizer.launches_async:
             return None
+        return self._launch(task, run_as, None).start_async
+
+    def _launch(
+        self, task: TaskInfo, run_as: RunAs | None, join_network: str | None
+    ) -> _TaskLaunch:
         name = container_name(self._framework_id, task.task_id)
-        hostname = host_name_for(task.task_id)
-        init = "pid" in self.config.namespaces
-
-        async def start(
-            argv: list[str],
-            env: Mapping[str, str],
-            sandbox: str,
-            stdin: int,
-            stdout: int,
-            stderr: int,
-        ) -> Started:
-            container = await self._containerizer.launch_async(
-                name,
-                argv=argv,
-                env=env,
-                sandbox=sandbox,
-                stdin=stdin,
-                stdout=stdout,
-                stderr=stderr,
-                resources=task.resources,
-                info=task.container,
-                user=run_as,
-                hostname=hostname,
-            )
-            self._live[task.task_id] = container
-            return Started(container.pid, init=init)
-
-        return start
+        return _TaskLaunch(self._containerizer, self._live, name, task, run_as, join_network)
 
     def network_of(self, task_id: TaskID) -> str | None:
         """The network namespace of a running task's container, for its group to join."""
@@ -169,3 +119,52 @@ class TaskContainers:
             self.finish(task_id)
         if self._forkserver is not None:
             self._forkserver.close()
+
+
+@dataclass(eq=False, slots=True)
+class _TaskLaunch:
+    """One task's container launch: the same request whether the fork server sets the container
+    up in place (:meth:`start`) or while the event loop goes on (:meth:`start_async`)."""
+
+    containerizer: Containerizer
+    #: The running tasks' containers, which the started one joins.
+    live: dict[TaskID, Container]
+    name: str
+    task: TaskInfo
+    run_as: RunAs | None
+    join_network: str | None
+
+    def start(
+        self, argv: list[str], env: Mapping[str, str], sandbox: str, stdin: int, out: int, err: int
+    ) -> Started:
+        request = self._request(argv, env, sandbox, stdin, out, err)
+        return self._started(self.containerizer.launch(self.name, **request))
+
+    async def start_async(
+        self, argv: list[str], env: Mapping[str, str], sandbox: str, stdin: int, out: int, err: int
+    ) -> Started:
+        request = self._request(argv, env, sandbox, stdin, out, err)
+        return self._started(await self.containerizer.launch_async(self.name, **request))
+
+    def _request(
+        self, argv: list[str], env: Mapping[str, str], sandbox: str, stdin: int, out: int, err: int
+    ) -> LaunchRequest:
+        task = self.task
+        return LaunchRequest(
+            argv=argv,
+            env=env,
+            sandbox=sandbox,
+            stdin=stdin,
+            stdout=out,
+            stderr=err,
+            resources=task.resources,
+            info=task.container,
+            user=self.run_as,
+            hostname=host_name_for(task.task_id),
+            join_network=self.join_network,
+        )
+
+    def _started(self, container: Container) -> Started:
+        self.live[self.task.task_id] = container
+        # With a pid namespace the watched pid is the container's init (see launch.py).
+        return Started(container.pid, init="pid" in self.containerizer.config.namespaces)
