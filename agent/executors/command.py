@@ -50,12 +50,8 @@ from agora.agent.containers.containerizer import container_name  # noqa: E402
 from agora.agent.executors.containment import TaskContainers  # noqa: E402
 from agora.agent.executors.health import HealthChecker, health_check_problem  # noqa: E402
 from agora.agent.executors.outcome import exit_message, kill_message  # noqa: E402
-from agora.agent.executors.tasks import (  # noqa: E402
-    AsyncStarter,
-    RunAs,
-    TaskProcess,
-    TaskProcesses,
-)
+from agora.agent.executors.task_process import AsyncStarter, RunAs, TaskProcess  # noqa: E402
+from agora.agent.executors.tasks import TaskProcesses  # noqa: E402
 from agora.sdk.executor import (  # noqa: E402
     EXECUTOR_ENV_VARS,
     OUTPUT_LABEL,

@@ -23,7 +23,7 @@ from agora.agent.containers.containerizer import (
 from agora.agent.containers.forkserver import ForkServer
 from agora.agent.containers.isolation import ContainerConfig
 from agora.agent.containers.launch import become_subreaper
-from agora.agent.executors.tasks import AsyncStarter, RunAs, Started, Starter
+from agora.agent.executors.task_process import AsyncStarter, RunAs, Started, Starter
 from agora.sdk.ids import FrameworkID, TaskID
 from agora.sdk.messages import Reason, TaskInfo
 

@@ -1,11 +1,10 @@
 """Task processes of the command executor: spawn, stream, signal and reap, all on one event loop.
 
-Spawning is ``os.posix_spawn`` (vfork + exec in glibc): the child gets its own session
-(``setsid``), stdin from /dev/null and stdout/stderr either the task's sandbox files directly or
-pipes the executor reads and tees into those files (streaming). ``posix_spawn`` cannot change the
-child's directory, so the executor, which is single-threaded, changes its own directory to the
-task sandbox around the call. A task that must run as another user goes through
-``subprocess.Popen`` (slower; root only). Exits are watched with a pidfd per process registered
+Spawning is ``os.posix_spawn`` (vfork + exec in glibc, see task_spawn.py): the child gets its own
+session (``setsid``), stdin from /dev/null and stdout/stderr either the task's sandbox files
+directly or pipes the executor reads and tees into those files (streaming). A task that must run
+as another user goes through ``subprocess.Popen`` (slower; root only); a task in a container
+through a starter (see containment.py). Exits are watched with a pidfd per process registered
 on the loop; when a task's process exits, whatever is left of its process group is SIGKILLed
 (as a container's teardown would) before it is reaped with ``wait4``, whose rusage gives the
 task's CPU time and peak RSS (its own and those of the descendants it waited for).
@@ -24,26 +23,31 @@ import contextlib
 import os
 import signal
 import subprocess
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Final, NamedTuple
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Final
 
 import structlog
 from agora.agent.executors.pgroup import group_alive
 from agora.agent.executors.shell import SHELL, shell_argv, with_exec
+from agora.agent.executors.task_process import (
+    AsyncStarter,
+    OutputStream,
+    RunAs,
+    Started,
+    Starter,
+    TaskProcess,
+)
+from agora.agent.executors.task_spawn import (
+    TaskFiles,
+    open_task_files,
+    popen_task,
+    posix_spawn_task,
+    which,
+)
 from agora.sdk.executor import MAX_OUTPUT_CHUNK
 from agora.sdk.ids import TaskID
 
-__all__ = [
-    "DRAIN_TIMEOUT",
-    "GROUP_POLL_INTERVAL",
-    "AsyncStarter",
-    "RunAs",
-    "Started",
-    "Starter",
-    "TaskProcess",
-    "TaskProcesses",
-]
+__all__ = ["DRAIN_TIMEOUT", "GROUP_POLL_INTERVAL", "TaskProcesses"]
 
 log = structlog.get_logger(__name__)
 
@@ -53,109 +57,7 @@ DRAIN_TIMEOUT: Final = 1.0
 #: How often a killed task's process group is looked at while its leader has exited within the
 #: grace period and the rest of the group has not.
 GROUP_POLL_INTERVAL: Final = 0.05
-_FILE_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
 _DRAIN_READS_MAX: Final = 64
-# Python ignores these at start-up; a child's command must see the default dispositions.
-_DEFAULT_SIGNALS: Final = (signal.SIGPIPE, signal.SIGXFSZ)
-
-
-class Started(NamedTuple):
-    """What a :data:`Starter` started."""
-
-    #: The pid to watch: a child of this process, leader of its own process group.
-    pid: int
-    #: ``pid`` is a container's init (pid 1 of its own pid namespace): it passes a SIGTERM on to
-    #: every process of the container and exits once all have exited, so a kill's SIGTERM goes
-    #: to it alone (sent to its process group too, the task's processes would get two).
-    init: bool = False
-
-
-#: Starts a task's process another way than posix_spawn (in a container): called with the argv
-#: (``["/bin/sh", "-c", cmd]`` for shell commands, else unresolved), the environment, the sandbox,
-#: and the stdin/stdout/stderr descriptors; returns what it started. Raises OSError or the
-#: launcher's error to fail the launch.
-Starter = Callable[[list[str], Mapping[str, str], str, int, int, int], Started]
-
-
-#: A :data:`Starter` that awaits its process's start (the event loop goes on meanwhile).
-AsyncStarter = Callable[[list[str], Mapping[str, str], str, int, int, int], Awaitable[Started]]
-
-
-@dataclass(slots=True)
-class _Files:
-    """A task's open files before its process starts: ``out``/``err`` are the child's ends,
-    ``kept`` what the executor closes once the child holds them, ``opened`` everything."""
-
-    sandbox: str
-    out: int = -1
-    err: int = -1
-    kept: list[int] = field(default_factory=list)
-    opened: list[int] = field(default_factory=list)
-    streams: dict[int, _Stream] = field(default_factory=dict)
-
-    def close(self) -> None:
-        for fd in self.opened:
-            os.close(fd)
-        self.opened.clear()
-
-
-@dataclass(frozen=True, slots=True)
-class RunAs:
-    """Run the task as this user (only when the executor runs as root)."""
-
-    name: str
-    uid: int
-    gid: int
-    groups: tuple[int, ...]
-
-
-@dataclass(slots=True, eq=False)
-class _Stream:
-    name: str  # "stdout" | "stderr"
-    pipe: int  # read end, non-blocking
-    file: int  # the sandbox file the output is teed into
-
-
-@dataclass(slots=True, eq=False)
-class TaskProcess:
-    """One spawned task command (its process is the leader of its own session and group)."""
-
-    task_id: TaskID
-    pid: int
-    sandbox: str
-    pidfd: int = -1
-    streams: dict[int, _Stream] = field(default_factory=dict)
-    killed: bool = False  # a kill was requested: the task ends KILLED whatever its status
-    #: When the kill came (the loop's clock), and whether the grace period ran out with some of
-    #: the task still alive, so that it was SIGKILLed.
-    killed_at: float | None = None
-    escalated: bool = False
-    #: The pid is a container's init (see :class:`Started`).
-    init: bool = False
-    returncode: int | None = None  # as subprocess: negative = terminated by that signal
-    #: From the rusage of the reaped process (None until then, or when someone else reaped it).
-    cpu_seconds: float | None = None  # user + system
-    max_rss_bytes: int | None = None
-    reaped: bool = False
-    sigkill: asyncio.TimerHandle | None = None
-    sigkill_at: float | None = None
-    drain: asyncio.TimerHandle | None = None
-    #: Looks again at the process group of a killed task whose leader has exited (see module).
-    linger: asyncio.TimerHandle | None = None
-    popen: subprocess.Popen[bytes] | None = None
-
-    @property
-    def exit_code(self) -> int | None:
-        """The exit status as a shell gives it: the exit code, or 128+N if killed by signal N."""
-        code = self.returncode
-        return None if code is None else (128 - code if code < 0 else code)
-
-    @property
-    def grace(self) -> float | None:
-        """The grace period the kill gave (the last kill's, if one brought the SIGKILL forward)."""
-        if self.killed_at is None or self.sigkill_at is None:
-            return None
-        return max(0.0, self.sigkill_at - self.killed_at)
 
 
 class TaskProcesses:
@@ -225,12 +127,13 @@ class TaskProcesses:
                 if shell:
                     path, args = SHELL, ["sh", "-c", with_exec(argv[0])]
                 else:
-                    path = _which(argv[0], env.get("PATH", os.defpath), sandbox)
+                    path = which(argv[0], env.get("PATH", os.defpath), sandbox)
                     args = list(argv)
+                stdio = (self._devnull, files.out, files.err)
                 if run_as is None:
-                    pid = self._posix_spawn(path, args, env, sandbox, files.out, files.err)
+                    pid = posix_spawn_task(path, args, env, sandbox, stdio, self._home)
                 else:
-                    popen = self._popen(path, args, env, sandbox, files.out, files.err, run_as)
+                    popen = popen_task(path, args, env, sandbox, stdio, run_as)
                     pid = popen.pid
         except BaseException:
             files.close()
@@ -263,49 +166,17 @@ class TaskProcesses:
             raise RuntimeError(f"task {task_id} cannot be watched: closed, or already running")
         return self._watch(task_id, files, started, None)
 
-    def _open_files(self, task_id: TaskID, stream: bool, run_as: RunAs | None) -> _Files:
-        """The task's sandbox, its stdout and stderr files and, with ``stream``, pipes in front
-        of them. Raises OSError (nothing open is left then)."""
+    def _open_files(self, task_id: TaskID, stream: bool, run_as: RunAs | None) -> TaskFiles:
         if self._closed:
             raise RuntimeError("TaskProcesses is closed")
         if task_id in self._live:
             raise ValueError(f"task {task_id} is already running")
-        sandbox = self.sandbox_of(task_id)
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(sandbox)
-        files = _Files(sandbox)
-        try:
-            out = os.open(f"{sandbox}/stdout", _FILE_FLAGS, 0o644)
-            files.opened.append(out)
-            err = os.open(f"{sandbox}/stderr", _FILE_FLAGS, 0o644)
-            files.opened.append(err)
-            if run_as is not None:
-                os.chown(sandbox, run_as.uid, run_as.gid)
-                os.fchown(out, run_as.uid, run_as.gid)
-                os.fchown(err, run_as.uid, run_as.gid)
-            files.out, files.err = out, err
-            files.kept = [out, err]
-            if stream:
-                out_r, files.out = os.pipe()
-                files.opened += (out_r, files.out)
-                err_r, files.err = os.pipe()
-                files.opened += (err_r, files.err)
-                os.set_blocking(out_r, False)
-                os.set_blocking(err_r, False)
-                files.streams = {
-                    out_r: _Stream("stdout", out_r, out),
-                    err_r: _Stream("stderr", err_r, err),
-                }
-                files.kept = [files.out, files.err]
-        except BaseException:
-            files.close()
-            raise
-        return files
+        return open_task_files(self.sandbox_of(task_id), stream, run_as)
 
     def _watch(
         self,
         task_id: TaskID,
-        files: _Files,
+        files: TaskFiles,
         started: Started,
         popen: subprocess.Popen[bytes] | None,
     ) -> TaskProcess:
@@ -327,59 +198,6 @@ class TaskProcesses:
         for fd in streams:
             self._loop.add_reader(fd, self._readable, process, fd)
         return process
-
-    def _posix_spawn(
-        self,
-        path: str,
-        args: list[str],
-        env: Mapping[str, str],
-        cwd: str,
-        stdout: int,
-        stderr: int,
-    ) -> int:
-        actions = [
-            (os.POSIX_SPAWN_DUP2, self._devnull, 0),
-            (os.POSIX_SPAWN_DUP2, stdout, 1),
-            (os.POSIX_SPAWN_DUP2, stderr, 2),
-        ]
-        os.chdir(cwd)
-        try:
-            return os.posix_spawn(
-                path,
-                args,
-                env,
-                file_actions=actions,
-                setsid=True,
-                setsigmask=(),
-                setsigdef=_DEFAULT_SIGNALS,
-            )
-        finally:
-            os.fchdir(self._home)
-
-    def _popen(
-        self,
-        path: str,
-        args: list[str],
-        env: Mapping[str, str],
-        cwd: str,
-        stdout: int,
-        stderr: int,
-        run_as: RunAs,
-    ) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
-            args,
-            executable=path,
-            stdin=self._devnull,
-            stdout=stdout,
-            stderr=stderr,
-            cwd=cwd,
-            env=env,
-            start_new_session=True,
-            close_fds=True,
-            user=run_as.uid,
-            group=run_as.gid,
-            extra_groups=list(run_as.groups),
-        )
 
     def _abandon(self, process: TaskProcess) -> None:
         """SIGKILL and reap a process we cannot watch (e.g. no descriptor left for its pidfd)."""
@@ -559,7 +377,7 @@ class TaskProcesses:
         log.warning("task_output_abandoned", task_id=process.task_id)
         self._finish(process)
 
-    def _deliver(self, process: TaskProcess, stream: _Stream, chunk: bytes) -> None:
+    def _deliver(self, process: TaskProcess, stream: OutputStream, chunk: bytes) -> None:
         view = memoryview(chunk)
         try:
             while view:
@@ -571,7 +389,7 @@ class TaskProcesses:
         except Exception:
             log.exception("task_output_callback_failed", task_id=process.task_id)
 
-    def _close_stream(self, process: TaskProcess, stream: _Stream) -> None:
+    def _close_stream(self, process: TaskProcess, stream: OutputStream) -> None:
         self._loop.remove_reader(stream.pipe)
         os.close(stream.pipe)
         os.close(stream.file)
@@ -615,16 +433,3 @@ class TaskProcesses:
         self._idle.set()
         os.close(self._devnull)
         os.close(self._home)
-
-
-def _which(program: str, search_path: str, cwd: str) -> str:
-    """``program`` resolved like execvp would, through the task's own PATH."""
-    if "/" in program:
-        return program if os.path.isabs(program) else os.path.join(cwd, program)
-    for directory in search_path.split(os.pathsep):
-        candidate = os.path.join(directory or ".", program)
-        if not os.path.isabs(candidate):
-            candidate = os.path.join(cwd, candidate)
-        if os.access(candidate, os.X_OK) and os.path.isfile(candidate):
-            return candidate
-    raise FileNotFoundError(2, f"{program!r} not found in PATH", program)
