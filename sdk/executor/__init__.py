@@ -24,18 +24,17 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from agora.sdk.executor.driver import (
+    from agora.sdk.executor.driver import ExecutorDriver, run_executor
+    from agora.sdk.executor.environment import (
         DEFAULT_RECOVERY_TIMEOUT,
         DEFAULT_SHUTDOWN_GRACE_PERIOD,
         EXECUTOR_ENV_VARS,
-        ExecutorDriver,
         ExecutorEnvironment,
-        run_executor,
     )
     from agora.sdk.executor.executor import Executor
 
 # The output format is light and read by every framework that streams output; the driver (and
-# its transport) loads on first use of one of its names.
+# its transport) loads on first use of one of its names, the environment contract on its own.
 from agora.sdk.executor.output import (
     MAX_OUTPUT_CHUNK,
     OUTPUT_LABEL,
@@ -46,11 +45,11 @@ from agora.sdk.executor.output import (
 )
 
 _LAZY: dict[str, str] = {
-    "DEFAULT_RECOVERY_TIMEOUT": "agora.sdk.executor.driver",
-    "DEFAULT_SHUTDOWN_GRACE_PERIOD": "agora.sdk.executor.driver",
-    "EXECUTOR_ENV_VARS": "agora.sdk.executor.driver",
+    "DEFAULT_RECOVERY_TIMEOUT": "agora.sdk.executor.environment",
+    "DEFAULT_SHUTDOWN_GRACE_PERIOD": "agora.sdk.executor.environment",
+    "EXECUTOR_ENV_VARS": "agora.sdk.executor.environment",
     "ExecutorDriver": "agora.sdk.executor.driver",
-    "ExecutorEnvironment": "agora.sdk.executor.driver",
+    "ExecutorEnvironment": "agora.sdk.executor.environment",
     "run_executor": "agora.sdk.executor.driver",
     "Executor": "agora.sdk.executor.executor",
 }
