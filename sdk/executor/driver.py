@@ -1,4 +1,4 @@
-"""The executor side of the agent <-> executor link.
+"""The executor side of the agent <-> executor link: the asyncio shell over :mod:`.core`.
 
 ``ExecutorDriver`` connects to the agent named in the environment the agent gave the process,
 registers (retrying with jittered, capped backoff), hands the agent's messages to an
@@ -8,6 +8,10 @@ the driver re-registers on the new connection with the updates still unacknowled
 tasks whose launch the agent has not yet seen an update for); framework messages sent meanwhile
 are held (at most ``HELD_MESSAGES_MAX``) and go out once re-registered. An agent gone for longer
 than the recovery timeout makes the driver call ``Executor.shutdown`` and exit with status 1.
+
+What to do is decided by :class:`~agora.sdk.executor.core.ExecutorCore`; this shell owns the
+socket, the send queue, the registration retries, the recovery timer, signals and the
+executor's callbacks (running coroutines as tasks), and performs the core's actions in order.
 """
 
 from __future__ import annotations
@@ -21,18 +25,25 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Final, NoReturn
 
 from agora.sdk._lean import import_structlog_without_rich
-from msgspec.structs import replace
 
 import_structlog_without_rich()  # executors start often and log plainly: see agora.sdk._lean
 
 import structlog  # noqa: E402
 import zmq  # noqa: E402
-from agora.sdk.codec import encode  # noqa: E402
 from agora.sdk.errors import ProtocolError  # noqa: E402
+from agora.sdk.executor.core import (  # noqa: E402
+    HELD_MESSAGES_MAX,
+    Action,
+    ExecutorCore,
+    Invoke,
+    Note,
+    Send,
+    Shutdown,
+)
 from agora.sdk.executor.environment import (  # noqa: E402
     DEFAULT_RECOVERY_TIMEOUT,
     DEFAULT_SHUTDOWN_GRACE_PERIOD,
@@ -40,27 +51,13 @@ from agora.sdk.executor.environment import (  # noqa: E402
     ExecutorEnvironment,
 )
 from agora.sdk.executor.executor import Executor  # noqa: E402
-from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, TaskID  # noqa: E402
+from agora.sdk.ids import AgentID, ExecutorID, FrameworkID  # noqa: E402
 from agora.sdk.messages import (  # noqa: E402
     AgentInfo,
     ExecutorInfo,
-    ExecutorRegistered,
-    ExecutorReregistered,
-    ExecutorToFramework,
     FrameworkInfo,
-    FrameworkToExecutor,
-    KillTask,
-    LaunchTask,
-    LaunchTaskGroup,
     Message,
-    RegisterExecutor,
-    ReregisterExecutor,
-    ShutdownExecutor,
-    StatusSource,
     StatusUpdate,
-    StatusUpdateAck,
-    StatusUpdateMessage,
-    TaskInfo,
     TaskStatus,
 )
 from agora.sdk.transport import Received, TransportClosed, ZmqClient  # noqa: E402
@@ -78,11 +75,6 @@ __all__ = [
 
 log = structlog.get_logger(__name__)
 
-#: Framework messages held while the agent link is down (oldest dropped beyond this).
-HELD_MESSAGES_MAX: Final = 1024
-#: At most this many tasks / updates ride in one REREGISTER_EXECUTOR; further unacknowledged
-#: updates follow as STATUS_UPDATE messages once re-registered.
-_REREGISTER_ITEMS_MAX: Final = 1000
 _REGISTER_BACKOFF_INITIAL: Final = 0.5
 _REGISTER_BACKOFF_MAX: Final = 5.0
 _FLUSH_TIMEOUT_MIN: Final = 1.0
@@ -100,39 +92,20 @@ class ExecutorDriver:
     def __init__(self, executor: Executor, *, environ: Mapping[str, str] | None = None) -> None:
         self._executor = executor
         self._env = ExecutorEnvironment.from_environ(os.environ if environ is None else environ)
-        self._agent_id = self._env.agent_id
-        self._agent_info: AgentInfo | None = None
-        self._framework_info: FrameworkInfo | None = None
-        self._executor_info: ExecutorInfo | None = None
+        self._core = ExecutorCore(self._env)
         self._client: ZmqClient | None = None
         self._outbox: deque[Message] = deque()
         self._outbox_ready = asyncio.Event()
         self._outbox_empty = asyncio.Event()
         self._outbox_empty.set()
-        self._held: deque[Message] = deque(maxlen=HELD_MESSAGES_MAX)
-        self._updates: dict[bytes, StatusUpdate] = {}
         self._all_acked = asyncio.Event()
         self._all_acked.set()
-        self._tasks: dict[TaskID, TaskInfo] = {}
-        self._session = False  # registered on the current connection
-        self._ever_registered = False
-        self._connects = 0
         self._wake = asyncio.Event()
         self._registrar: asyncio.Task[None] | None = None
         self._recovery_timer: asyncio.TimerHandle | None = None
+        self._recovery_timer_at: float | None = None
         self._done: asyncio.Future[int] | None = None
-        self._stopping = False
         self._background: set[asyncio.Task[Any]] = set()
-        self._handlers: dict[type[Message], Callable[[Any], None]] = {
-            ExecutorRegistered: self._on_registered,
-            ExecutorReregistered: self._on_reregistered,
-            LaunchTask: self._on_launch_task,
-            LaunchTaskGroup: self._on_launch_group,
-            KillTask: self._on_kill_task,
-            FrameworkToExecutor: self._on_framework_message,
-            StatusUpdateAck: self._on_ack,
-            ShutdownExecutor: self._on_shutdown,
-        }
 
     # ----------------------------------------------------------------- read-only state
 
@@ -150,7 +123,7 @@ class ExecutorDriver:
 
     @property
     def agent_id(self) -> AgentID | None:
-        return self._agent_id
+        return self._core.agent_id
 
     @property
     def sandbox(self) -> str:
@@ -159,29 +132,29 @@ class ExecutorDriver:
     @property
     def framework_info(self) -> FrameworkInfo | None:
         """The framework's info from the agent (None until registered)."""
-        return self._framework_info
+        return self._core.framework_info
 
     @property
     def executor_info(self) -> ExecutorInfo | None:
-        return self._executor_info
+        return self._core.executor_info
 
     @property
     def agent_info(self) -> AgentInfo | None:
-        return self._agent_info
+        return self._core.agent_info
 
     @property
     def registered(self) -> bool:
         """True while registered with the agent on the current connection."""
-        return self._session
+        return self._core.registered
 
     @property
     def stopping(self) -> bool:
         """True once shutdown or stop has begun."""
-        return self._stopping or (self._done is not None and self._done.done())
+        return self._core.stopping or (self._done is not None and self._done.done())
 
     @property
     def unacknowledged_updates(self) -> tuple[StatusUpdate, ...]:
-        return tuple(self._updates.values())
+        return self._core.unacknowledged_updates
 
     # ----------------------------------------------------------------- calls
 
@@ -192,22 +165,9 @@ class ExecutorDriver:
         ``executor_id`` and ``agent_id``. Raises :class:`ProtocolError` when the status breaks
         its schema (e.g. an over-long message).
         """
-        uuid = _uuid4()
-        status = replace(
-            status,
-            uuid=uuid,
-            timestamp=time.time(),
-            source=StatusSource.EXECUTOR,
-            executor_id=self._env.executor_id,
-            agent_id=self._agent_id,
-        )
-        update = StatusUpdate(framework_id=self._env.framework_id, status=status)
-        message = StatusUpdateMessage(update=update)
-        encode(message)  # fail here, in the caller, rather than forever on every resend
-        self._updates[uuid] = update
+        actions = self._core.send_status_update(status, _uuid4(), time.time())
         self._all_acked.clear()
-        if self._session:
-            self._queue(message)
+        self._perform(actions)
 
     def send_framework_message(self, data: bytes) -> None:
         """Send ``data`` to the framework's scheduler (best effort, like Mesos).
@@ -215,18 +175,7 @@ class ExecutorDriver:
         Held while the agent link is down and sent once re-registered (oldest dropped beyond
         ``HELD_MESSAGES_MAX``).
         """
-        message = ExecutorToFramework(
-            framework_id=self._env.framework_id,
-            executor_id=self._env.executor_id,
-            data=bytes(data),
-            agent_id=self._agent_id,
-        )
-        if self._session:
-            self._queue(message)
-            return
-        if len(self._held) == self._held.maxlen:
-            log.warning("framework_message_dropped", reason="agent link down, hold queue full")
-        self._held.append(message)
+        self._perform(self._core.send_framework_message(data))
 
     def stop(self) -> None:
         """Stop the driver: ``run()`` returns 0 once pending updates are acknowledged (bounded)."""
@@ -267,7 +216,7 @@ class ExecutorDriver:
             loop.create_task(self._receive(client)),
             loop.create_task(self._send(client)),
         ]
-        self._arm_recovery_timer()
+        self._perform(self._core.start(loop.time()))
         self._start_registration()
         try:
             code = await self._done
@@ -275,7 +224,7 @@ class ExecutorDriver:
         finally:
             for signum in signals:
                 loop.remove_signal_handler(signum)
-            self._disarm_recovery_timer()
+            self._set_recovery_timer(None)
             pending = [*workers, *self._background]
             if self._registrar is not None:
                 pending.append(self._registrar)
@@ -298,11 +247,12 @@ class ExecutorDriver:
 
     def _on_signal(self, signum: int) -> None:
         log.info("executor_signalled", signal=signal.Signals(signum).name)
-        self._begin_shutdown(0)
+        self._perform(self._core.shutdown(0))
 
     async def _flush(self) -> None:
         """Give the agent a bounded chance to acknowledge what is pending before the exit."""
-        if not self._session or (not self._updates and not self._outbox):
+        core = self._core
+        if not core.registered or (core.all_acknowledged and not self._outbox):
             return
         timeout = min(max(self._env.shutdown_grace_period, _FLUSH_TIMEOUT_MIN), _FLUSH_TIMEOUT_MAX)
         try:
@@ -310,11 +260,49 @@ class ExecutorDriver:
                 await self._outbox_empty.wait()
                 await self._all_acked.wait()
         except TimeoutError:
-            log.warning("executor_exit_with_unacknowledged_updates", count=len(self._updates))
+            count = len(core.unacknowledged_updates)
+            log.warning("executor_exit_with_unacknowledged_updates", count=count)
 
     def _finish(self, code: int) -> None:
         if self._done is not None and not self._done.done():
+            self._core.stop()
             self._done.set_result(code)
+
+    # ----------------------------------------------------------------- the core's actions
+
+    def _perform(self, actions: list[Action]) -> None:
+        """Carry out the core's actions in order, then follow its timer and acknowledgements."""
+        for action in actions:
+            if isinstance(action, Send):
+                self._queue(action.message)
+            elif isinstance(action, Invoke):
+                self._invoke(action.callback, *action.args)
+            elif isinstance(action, Note):
+                getattr(log, action.level)(action.event, **dict(action.fields))
+            elif isinstance(action, Shutdown):
+                task = asyncio.get_running_loop().create_task(self._shutdown(action.code))
+                self._background.add(task)
+                task.add_done_callback(self._background.discard)
+        if self._core.all_acknowledged:
+            self._all_acked.set()
+        self._set_recovery_timer(self._core.recovery_deadline)
+
+    def _set_recovery_timer(self, deadline: float | None) -> None:
+        """Have the loop tick the core at ``deadline`` (None: no timer)."""
+        if deadline == self._recovery_timer_at:
+            return
+        if self._recovery_timer is not None:
+            self._recovery_timer.cancel()
+            self._recovery_timer = None
+        self._recovery_timer_at = deadline
+        if deadline is not None:
+            loop = asyncio.get_running_loop()
+            self._recovery_timer = loop.call_at(deadline, self._on_recovery_timer)
+
+    def _on_recovery_timer(self) -> None:
+        self._recovery_timer = None
+        self._recovery_timer_at = None  # the loop may fire a hair early: _perform re-arms then
+        self._perform(self._core.tick(asyncio.get_running_loop().time()))
 
     # ----------------------------------------------------------------- wire
 
@@ -355,35 +343,24 @@ class ExecutorDriver:
     def _dispatch(self, received: Received) -> None:
         message = received.message
         if message is None:
-            log.warning("bad_frame_from_agent", error=str(received.error))
-            self._invoke(self._executor.error, f"bad frame from the agent: {received.error}")
+            self._perform(self._core.bad_frame(received.error))
             return
-        handler = self._handlers.get(type(message))
-        if handler is None:
-            log.warning("unexpected_message_from_agent", name=message.NAME)
-            return
+        was_registered = self._core.registered
         try:
-            handler(message)
+            self._perform(self._core.handle(message))
         except Exception:  # a bug handling one message must not stop the executor
             log.exception("executor_message_failed", name=message.NAME)
+        if self._core.registered and not was_registered:
+            self._wake.set()  # the registrar's pause ends: its work is done
 
     # ----------------------------------------------------------------- registration
 
     def _on_transport_connected(self) -> None:
-        self._connects += 1
-        if self._connects > 1 and self._session:
-            # A new connection is a new peer for the agent's ROUTER: register it again.
-            self._session = False
-        log.debug("agent_link_up", connects=self._connects)
+        self._perform(self._core.connected())
         self._start_registration()
 
     def _on_transport_disconnected(self) -> None:
-        was_registered = self._session
-        self._session = False
-        log.warning("agent_link_down", recovery_timeout=self._env.recovery_timeout)
-        self._arm_recovery_timer()
-        if was_registered:
-            self._invoke(self._executor.disconnected)
+        self._perform(self._core.disconnected(asyncio.get_running_loop().time()))
 
     def _start_registration(self) -> None:
         self._wake.set()
@@ -409,167 +386,17 @@ class ExecutorDriver:
 
     async def _register_attempt(self) -> bool:
         self._wake.clear()
-        if self._session or self.stopping:
+        if self._core.registered or self.stopping:
             return True
         client = self._client
         if client is None or not client.connected:
             return False  # the next connection wakes us
-        env = self._env
-        if not self._ever_registered:
-            self._queue(
-                RegisterExecutor(
-                    framework_id=env.framework_id, executor_id=env.executor_id, secret=env.secret
-                )
-            )
-        else:
-            self._queue(self._reregistration())
+        message = self._core.registration()
+        if message is not None:
+            self._queue(message)
         return False
 
-    def _reregistration(self) -> ReregisterExecutor:
-        env = self._env
-        tasks = tuple(self._tasks.values())[:_REREGISTER_ITEMS_MAX]
-        updates = tuple(self._updates.values())[:_REREGISTER_ITEMS_MAX]
-        message = ReregisterExecutor(
-            framework_id=env.framework_id,
-            executor_id=env.executor_id,
-            tasks=tasks,
-            updates=updates,
-            secret=env.secret,
-        )
-        try:
-            encode(message)
-        except ProtocolError:  # too large with the tasks: the updates are what matter
-            message = replace(message, tasks=())
-        return message
-
-    def _on_registered(self, message: ExecutorRegistered) -> None:
-        if self._session:
-            log.debug("duplicate_registration_reply")
-            return
-        first = not self._ever_registered
-        self._agent_id = message.agent_id
-        self._agent_info = message.agent_info
-        self._framework_info = message.framework_info
-        self._executor_info = message.executor_info
-        self._registered_now()
-        log.info("executor_registered", agent_id=message.agent_id)
-        if first:
-            self._invoke(
-                self._executor.registered,
-                message.executor_info,
-                message.framework_info,
-                message.agent_info,
-            )
-        else:  # the agent answered a re-registration as a registration (it lost us)
-            self._invoke(self._executor.reregistered, message.agent_info)
-
-    def _on_reregistered(self, message: ExecutorReregistered) -> None:
-        if self._session:
-            log.debug("duplicate_registration_reply")
-            return
-        if not self._ever_registered:
-            log.warning("reregistered_before_registered")
-            return
-        self._agent_id = message.agent_id
-        self._agent_info = message.agent_info
-        self._registered_now()
-        log.info("executor_reregistered", agent_id=message.agent_id)
-        self._invoke(self._executor.reregistered, message.agent_info)
-
-    def _registered_now(self) -> None:
-        resend = self._ever_registered
-        self._session = True
-        self._ever_registered = True
-        self._wake.set()
-        self._disarm_recovery_timer()
-        if resend:  # what the REREGISTER_EXECUTOR could not carry
-            for update in tuple(self._updates.values())[_REREGISTER_ITEMS_MAX:]:
-                self._queue(StatusUpdateMessage(update=update))
-        while self._held:
-            self._queue(self._held.popleft())
-
-    def _arm_recovery_timer(self) -> None:
-        if self._recovery_timer is None and not self.stopping:
-            self._recovery_timer = asyncio.get_running_loop().call_later(
-                self._env.recovery_timeout, self._on_recovery_timeout
-            )
-
-    def _disarm_recovery_timer(self) -> None:
-        if self._recovery_timer is not None:
-            self._recovery_timer.cancel()
-            self._recovery_timer = None
-
-    def _on_recovery_timeout(self) -> None:
-        self._recovery_timer = None
-        if self._session:
-            return
-        log.error("agent_lost", recovery_timeout=self._env.recovery_timeout)
-        self._begin_shutdown(1)
-
-    # ----------------------------------------------------------------- messages
-
-    def _for_us(self, framework_id: FrameworkID, name: str) -> bool:
-        if framework_id != self._env.framework_id:
-            log.warning("message_for_other_framework", name=name, framework_id=framework_id)
-            return False
-        if self.stopping:
-            log.warning("message_while_stopping", name=name)
-            return False
-        return True
-
-    def _on_launch_task(self, message: LaunchTask) -> None:
-        if not self._for_us(message.framework_id, message.NAME):
-            return
-        self._tasks[message.task.task_id] = message.task
-        self._invoke(self._executor.launch_task, message.task)
-
-    def _on_launch_group(self, message: LaunchTaskGroup) -> None:
-        if not self._for_us(message.framework_id, message.NAME):
-            return
-        for task in message.task_group.tasks:
-            self._tasks[task.task_id] = task
-        self._invoke(self._executor.launch_task_group, message.executor, message.task_group)
-
-    def _on_kill_task(self, message: KillTask) -> None:
-        log.info(
-            "kill_received",
-            task_id=message.task_id,
-            kill_id=message.kill_id,
-            stopping=self.stopping,
-        )
-        if self._for_us(message.framework_id, message.NAME):
-            self._invoke(self._executor.kill_task, message.task_id)
-
-    def _on_framework_message(self, message: FrameworkToExecutor) -> None:
-        if self._for_us(message.framework_id, message.NAME):
-            self._invoke(self._executor.framework_message, message.data)
-
-    def _on_ack(self, message: StatusUpdateAck) -> None:
-        if self._updates.pop(message.uuid, None) is None:
-            log.debug("ack_for_unknown_update", task_id=message.task_id)
-            return
-        self._tasks.pop(message.task_id, None)
-        if not self._updates:
-            self._all_acked.set()
-
-    def _on_shutdown(self, message: ShutdownExecutor) -> None:
-        env = self._env
-        if message.framework_id != env.framework_id or message.executor_id != env.executor_id:
-            log.warning("shutdown_for_other_executor", executor_id=message.executor_id)
-            return
-        log.info("executor_shutdown_requested")
-        self._begin_shutdown(0)
-
     # ----------------------------------------------------------------- callbacks
-
-    def _begin_shutdown(self, code: int) -> None:
-        if self.stopping:
-            return
-        self._stopping = True
-        self._disarm_recovery_timer()
-        task = asyncio.get_running_loop().create_task(self._shutdown(code))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
 
     async def _shutdown(self, code: int) -> None:
         try:
@@ -580,14 +407,13 @@ class ExecutorDriver:
             log.exception("executor_callback_failed", callback="shutdown")
         self._finish(code)
 
-    def _invoke(self, callback: Callable[..., Any], *args: Any) -> None:
+    def _invoke(self, name: str, *args: Any) -> None:
         try:
-            result = callback(self, *args)
+            result = getattr(self._executor, name)(self, *args)
         except Exception:
-            log.exception("executor_callback_failed", callback=callback.__name__)
+            log.exception("executor_callback_failed", callback=name)
             return
         if inspect.isawaitable(result):
-            name = callback.__name__
             task = asyncio.get_running_loop().create_task(self._guard(name, result))
             self._background.add(task)
             task.add_done_callback(self._background.discard)
