@@ -32,9 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import pwd
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 from agora.sdk._lean import import_structlog_without_rich
@@ -45,13 +42,20 @@ from agora.sdk._lean import import_structlog_without_rich
 import_structlog_without_rich()
 
 import structlog  # noqa: E402
-from agora.agent.containers.cgroups import CgroupError, Cgroups, Totals  # noqa: E402
-from agora.agent.containers.containerizer import container_name  # noqa: E402
+from agora.agent.containers.cgroups import Totals  # noqa: E402
 from agora.agent.executors.containment import TaskContainers  # noqa: E402
-from agora.agent.executors.health import HealthChecker, health_check_problem  # noqa: E402
-from agora.agent.executors.outcome import exit_message, kill_message  # noqa: E402
+from agora.agent.executors.task_admission import TaskAdmission  # noqa: E402
+from agora.agent.executors.task_book import (  # noqa: E402
+    LAUNCH_FAILED,
+    TaskBook,
+    TaskEntry,
+    TaskGroup,
+)
+from agora.agent.executors.task_health import watch_health  # noqa: E402
 from agora.agent.executors.task_process import AsyncStarter, RunAs, TaskProcess  # noqa: E402
-from agora.agent.executors.tasks import TaskProcesses  # noqa: E402
+from agora.agent.executors.task_totals import ContainerTotals  # noqa: E402
+from agora.agent.executors.tasks import SpawnArgs, TaskProcesses  # noqa: E402
+from agora.agent.executors.terminal import terminal_state  # noqa: E402
 from agora.sdk.executor import (  # noqa: E402
     EXECUTOR_ENV_VARS,
     OUTPUT_LABEL,
@@ -63,18 +67,14 @@ from agora.sdk.executor import (  # noqa: E402
 )
 from agora.sdk.ids import TaskID  # noqa: E402
 from agora.sdk.messages import (  # noqa: E402
-    URI,
     AgentInfo,
     ExecutorInfo,
     FrameworkCapability,
     FrameworkInfo,
-    HealthCheckKind,
     Reason,
-    StatusSource,
     TaskGroupInfo,
     TaskInfo,
     TaskState,
-    TaskStatus,
 )
 
 if TYPE_CHECKING:
@@ -85,7 +85,6 @@ __all__ = ["DEFAULT_KILL_GRACE_PERIOD", "CommandExecutor", "main", "shutdown_kil
 log = structlog.get_logger(__name__)
 
 DEFAULT_KILL_GRACE_PERIOD: Final = 3.0
-_BAD_TASK_IDS: Final = frozenset({"", ".", ".."})
 #: The environment variable naming the user tasks run as when their command names none.
 TASK_USER_ENV: Final = "AGORA_TASK_USER"
 #: Set to "0" by an agent started --no-switch-user: every task runs as this executor's user.
@@ -101,57 +100,29 @@ def shutdown_kill_grace(shutdown_grace_period: float) -> float:
     return max(0.0, min(shutdown_grace_period - 0.5, shutdown_grace_period * 0.8))
 
 
-@dataclass(eq=False, slots=True)
-class _Task:
-    """What the executor knows of one of its tasks."""
-
-    info: TaskInfo
-    group: _Group | None = None
-    run_as: RunAs | None = None
-    #: Fetching its URIs (before the spawn).
-    preparing: asyncio.Task[None] | None = None
-    health: HealthChecker | None = None
-    healthy: bool | None = None
-    #: Why the executor itself killed it (health, group failure), for its terminal update.
-    kill_reason: tuple[Reason, str] | None = None
-    #: ``preparing`` is its container's launch (not a fetch): a kill waits for its end.
-    launching: bool = False
-    #: A kill came while it was launching: it is killed (with its grace) once started.
-    kill_pending: bool = False
-    started: bool = False
-    done: bool = False
-
-
-@dataclass(eq=False, slots=True)
-class _Group:
-    tasks: list[_Task] = field(default_factory=list)
-    failed: bool = False
-
-
 class CommandExecutor(Executor):
     """Runs each task's CommandInfo as a process (in a container when the agent isolates)."""
 
     def __init__(self) -> None:
         hidden = set(EXECUTOR_ENV_VARS) | {TASK_USER_ENV, SWITCH_USER_ENV, DEFAULT_EXECUTOR_ENV}
         self._base_env = {k: v for k, v in os.environ.items() if k not in hidden}
-        self._default_user = os.environ.get(TASK_USER_ENV) or None
-        self._switch_user = os.environ.get(SWITCH_USER_ENV) != "0"
-        self._exit_when_idle = os.environ.get(DEFAULT_EXECUTOR_ENV) == "1"
+        self._admission = TaskAdmission(
+            os.environ.get(TASK_USER_ENV) or None, os.environ.get(SWITCH_USER_ENV) != "0"
+        )
+        self._book = TaskBook(exit_when_idle=os.environ.get(DEFAULT_EXECUTOR_ENV) == "1")
         self._driver: ExecutorDriver | None = None
         self._processes: TaskProcesses | None = None
         self._containers: TaskContainers | None = None
         self._fetcher: Fetcher | None = None
-        self._tasks: dict[TaskID, _Task] = {}
+        self._tasks = self._book.tasks
         #: Containers being set up by the fork server (see _start_async).
         self._launching = 0
         self._kill_grace: dict[TaskID, float] = {}
         #: Bytes of each task's stdout/stderr sent so far: the offset of the next chunk.
         self._streamed: dict[tuple[TaskID, str], int] = {}
         self._killing_state = False
-        self._user: str | None = None
-        #: The containers' cgroup hierarchy, to read a task's totals (found on first use).
-        self._cgroups: Cgroups | None = None
-        self._cgroups_detected = False
+        #: A task container's totals (with containers).
+        self._totals: ContainerTotals | None = None
 
     # ------------------------------------------------------------------ callbacks
 
@@ -169,10 +140,10 @@ class CommandExecutor(Executor):
         if task.task_id in self._tasks:
             log.warning("duplicate_launch_ignored", task_id=task.task_id)
             return
-        entry = _Task(task)
+        entry = TaskEntry(task)
         problem = self._admit(entry)
         if problem is not None:
-            self._update(task.task_id, TaskState.FAILED, problem, reason=_LAUNCH_FAILED)
+            self._book.update(task.task_id, TaskState.FAILED, problem, reason=LAUNCH_FAILED)
             return
         self._tasks[task.task_id] = entry
         self._prepare([entry])
@@ -186,10 +157,10 @@ class CommandExecutor(Executor):
             log.warning("duplicate_group_launch_ignored", tasks=len(group.tasks) - len(tasks))
         if not tasks:
             return
-        members = _Group([_Task(t) for t in tasks])
+        members = TaskGroup([TaskEntry(t) for t in tasks])
         problems = {m.info.task_id: self._admit(m) for m in members.tasks}
         if any(problems.values()):
-            self._fail_group_launch(members, problems)
+            self._book.fail_group_launch(members, problems)
             return
         for member in members.tasks:
             member.group = members
@@ -215,8 +186,8 @@ class CommandExecutor(Executor):
             return
         first = not process.killed
         if first and self._killing_state and not process.reaped:
-            self._update(task_id, TaskState.KILLING)
-        processes.kill(task_id, self._kill_grace.get(task_id, DEFAULT_KILL_GRACE_PERIOD))
+            self._book.update(task_id, TaskState.KILLING)
+        processes.kill(task_id, self._grace(task_id))
 
     async def shutdown(self, driver: ExecutorDriver) -> None:
         processes = self._processes_of(driver)
@@ -233,8 +204,8 @@ class CommandExecutor(Executor):
         for task_id in live:
             process = processes.live[task_id]
             if self._killing_state and not process.killed and not process.reaped:
-                self._update(task_id, TaskState.KILLING)
-            grace = min(self._kill_grace.get(task_id, DEFAULT_KILL_GRACE_PERIOD), cap)
+                self._book.update(task_id, TaskState.KILLING)
+            grace = min(self._grace(task_id), cap)
             processes.kill(task_id, grace)
         await processes.wait_idle()
 
@@ -243,28 +214,12 @@ class CommandExecutor(Executor):
 
     # ------------------------------------------------------------------ launching
 
-    def _admit(self, entry: _Task) -> str | None:
+    def _admit(self, entry: TaskEntry) -> str | None:
         """Why the task cannot run here (None: it can); fills in whom it runs as."""
-        task = entry.info
-        problem, run_as = self._check(task)
-        if problem is None and self._containers is not None:
-            problem = self._containers.problem(task)
-        if problem is None and task.health_check is not None:
-            problem = health_check_problem(task.health_check)
-            isolated = task.container is not None and task.container.network_isolation
-            if (
-                problem is None
-                and isolated
-                and task.health_check.kind is not HealthCheckKind.COMMAND
-            ):
-                problem = (
-                    "HTTP and TCP health checks cannot reach a network-isolated task yet: "
-                    "use a COMMAND check (it runs inside the task's container)"
-                )
-        entry.run_as = run_as
+        problem, entry.run_as = self._admission.admit(entry.info, self._containers)
         return problem
 
-    def _prepare(self, entries: list[_Task]) -> None:
+    def _prepare(self, entries: list[TaskEntry]) -> None:
         """Fetch the tasks' URIs (if any), then start them together."""
         if not any(e.info.command is not None and e.info.command.uris for e in entries):
             starter = self._async_starter(entries)
@@ -283,50 +238,33 @@ class CommandExecutor(Executor):
         for entry in entries:
             entry.preparing = job
 
-    async def _fetch_then_start(self, entries: list[_Task]) -> None:
+    async def _fetch_then_start(self, entries: list[TaskEntry]) -> None:
         processes = self._processes_of(None)
-        fetcher = self._fetcher_of()
+        # only a task with URIs needs it (and urllib's HTTP client, tarfile, zipfile)
+        from agora.agent.executors.task_fetch import FetchError, fetch_into, fetcher_for
+
+        if self._fetcher is None:
+            assert self._driver is not None
+            config = self._containers.config if self._containers is not None else None
+            self._fetcher = fetcher_for(config, self._driver.sandbox)
         for entry in entries:
             command = entry.info.command
             if command is None or not command.uris:
                 continue
             try:
-                await self._fetch(processes, fetcher, entry, command.uris)
+                sandbox = processes.sandbox_of(entry.info.task_id)
+                await fetch_into(self._fetcher, sandbox, command.uris, entry.run_as)
             except Exception as exc:  # FetchError, an unreadable source, a sandbox problem
-                from agora.agent.containers.fetcher import FetchError  # loaded by _fetcher_of
-
                 for other in entries:
                     other.preparing = None
                 message = str(exc) if isinstance(exc, FetchError) else f"Fetch failed: {exc}"
-                self._fail_before_start(entries, entry, message, Reason.FETCHER_FAILED)
+                self._book.fail_before_start(entries, entry, message, Reason.FETCHER_FAILED)
                 return
         for entry in entries:
             entry.preparing = None
         self._start(entries)
 
-    @staticmethod
-    async def _fetch(
-        processes: TaskProcesses, fetcher: Fetcher, entry: _Task, uris: Sequence[URI]
-    ) -> None:
-        from agora.agent.containers.fetcher import FetchError, local_source_problem
-
-        run_as = entry.run_as
-        if run_as is not None:
-            for uri in uris:
-                problem = local_source_problem(uri, run_as.uid, run_as.gid, run_as.groups)
-                if problem is not None:
-                    raise FetchError(problem)
-        sandbox = processes.sandbox_of(entry.info.task_id)
-        os.makedirs(sandbox, exist_ok=True)
-        if run_as is not None:
-            os.chown(sandbox, run_as.uid, run_as.gid)
-        await fetcher.fetch_all(uris, sandbox)
-        if run_as is not None:
-            for root, dirs, files in os.walk(sandbox):
-                for name in dirs + files:
-                    os.lchown(os.path.join(root, name), run_as.uid, run_as.gid)
-
-    def _cancel_preparation(self, entry: _Task) -> None:
+    def _cancel_preparation(self, entry: TaskEntry) -> None:
         job = entry.preparing
         assert job is not None
         job.cancel()
@@ -334,12 +272,12 @@ class CommandExecutor(Executor):
         for member in members:
             member.preparing = None
             if not member.done:
-                self._end(member, TaskState.KILLED, "Task killed before it started")
+                self._book.end(member, TaskState.KILLED, "Task killed before it started")
 
-    def _start(self, entries: list[_Task]) -> None:
+    def _start(self, entries: list[TaskEntry]) -> None:
         """Spawn every task; for a group, all or nothing."""
         processes = self._processes_of(None)
-        started: list[_Task] = []
+        started: list[TaskEntry] = []
         network: str | None = None  # a group's isolated tasks share the first one's network
         for entry in entries:
             isolated = entry.info.container is not None and entry.info.container.network_isolation
@@ -351,44 +289,30 @@ class CommandExecutor(Executor):
                 for running in started:
                     running.kill_reason = (Reason.TASK_GROUP_MEMBER_FAILED, error)
                     processes.kill(running.info.task_id, 0.0)
-                self._fail_before_start(entries, entry, error, _LAUNCH_FAILED, spawned=started)
+                self._book.fail_before_start(entries, entry, error, LAUNCH_FAILED, spawned=started)
                 return
             started.append(entry)
         for entry in entries:
-            self._update(entry.info.task_id, TaskState.RUNNING)
+            self._book.update(entry.info.task_id, TaskState.RUNNING)
             self._watch_health(entry)
 
-    def _async_starter(self, entries: list[_Task]) -> AsyncStarter | None:
+    def _async_starter(self, entries: list[TaskEntry]) -> AsyncStarter | None:
         """How to start a lone task's container without blocking (None: start it in place)."""
         if len(entries) != 1 or entries[0].group is not None or self._containers is None:
             return None
         return self._containers.async_starter(entries[0].info, entries[0].run_as)
 
-    async def _start_async(self, entry: _Task, starter: AsyncStarter) -> None:
+    async def _start_async(self, entry: TaskEntry, starter: AsyncStarter) -> None:
         processes = self._processes_of(None)
-        task = entry.info
-        command = task.command
-        assert command is not None
-        env = self._env_of(processes, task)
-        argv = (command.value or "",) if command.shell else command.argv
+        args = self._spawn_args(processes, entry)
         self._launching += 1
         try:
-            await processes.spawn_async(
-                task.task_id,
-                argv,
-                env,
-                shell=command.shell,
-                stream=task.labels.get(OUTPUT_LABEL) == "1",
-                run_as=entry.run_as,
-                starter=starter,
-            )
+            await processes.spawn_async(**args, starter=starter)
         except Exception as exc:  # OSError, the launcher's error: the task fails, we go on
             entry.preparing, entry.launching = None, False
             self._launching -= 1
-            log.warning("task_launch_failed", task_id=task.task_id, error=str(exc))
-            self._reap_strays()
-            error = f"Failed to launch the command: {exc}"
-            self._fail_before_start([entry], entry, error, _LAUNCH_FAILED, spawned=[])
+            error = self._launch_failed(entry, exc)
+            self._book.fail_before_start([entry], entry, error, LAUNCH_FAILED, spawned=[])
             return
         except BaseException:  # cancelled (the executor is closing)
             self._launching -= 1
@@ -397,146 +321,86 @@ class CommandExecutor(Executor):
         self._launching -= 1
         if not self._launching:
             self._reap_strays()
-        entry.started = True
-        grace = task.kill_grace_period
-        self._kill_grace[task.task_id] = DEFAULT_KILL_GRACE_PERIOD if grace is None else grace
-        self._update(task.task_id, TaskState.RUNNING)
+        self._started(entry)
+        self._book.update(entry.info.task_id, TaskState.RUNNING)
         self._watch_health(entry)
         if entry.kill_pending:
-            self._kill(processes, task.task_id)
+            self._kill(processes, entry.info.task_id)
 
-    def _env_of(self, processes: TaskProcesses, task: TaskInfo) -> dict[str, str]:
+    def _spawn(
+        self, processes: TaskProcesses, entry: TaskEntry, network: str | None = None
+    ) -> str | None:
+        """Start the task's process in place; why it could not start (None: it did)."""
+        args = self._spawn_args(processes, entry)
+        starter = None
+        if self._containers is not None:
+            starter = self._containers.starter(entry.info, entry.run_as, network)
+        try:
+            processes.spawn(**args, starter=starter)
+        except Exception as exc:  # OSError, the launcher's error: the task fails, we go on
+            return self._launch_failed(entry, exc)
+        self._started(entry)
+        return None
+
+    def _spawn_args(self, processes: TaskProcesses, entry: TaskEntry) -> SpawnArgs:
+        """How the task's process is started (in place or not): its command and environment."""
+        task = entry.info
         command = task.command
         assert command is not None
-        env = dict(self._base_env)
-        env.update(command.environment)
-        env["AGORA_TASK_ID"] = task.task_id
+        env = self._task_env(task)
         host_sandbox = processes.sandbox_of(task.task_id)
         if self._containers is not None:
             env["AGORA_SANDBOX"] = self._containers.sandbox_path(task, host_sandbox)
         else:
             env["AGORA_SANDBOX"] = host_sandbox
+        return SpawnArgs(
+            task_id=task.task_id,
+            argv=(command.value or "",) if command.shell else command.argv,
+            env=env,
+            shell=command.shell,
+            stream=task.labels.get(OUTPUT_LABEL) == "1",
+            run_as=entry.run_as,
+        )
+
+    def _task_env(self, task: TaskInfo) -> dict[str, str]:
+        """The environment of the task's command (and of its health check)."""
+        assert task.command is not None
+        env = dict(self._base_env)
+        env.update(task.command.environment)
+        env["AGORA_TASK_ID"] = task.task_id
         return env
 
-    def _spawn(
-        self, processes: TaskProcesses, entry: _Task, network: str | None = None
-    ) -> str | None:
-        task = entry.info
-        command = task.command
-        assert command is not None
-        env = self._env_of(processes, task)
-        starter = None
-        if self._containers is not None:
-            starter = self._containers.starter(task, entry.run_as, network)
-        argv = (command.value or "",) if command.shell else command.argv
-        try:
-            processes.spawn(
-                task.task_id,
-                argv,
-                env,
-                shell=command.shell,
-                stream=task.labels.get(OUTPUT_LABEL) == "1",
-                run_as=entry.run_as,
-                starter=starter,
-            )
-        except Exception as exc:  # OSError, the launcher's error: the task fails, we go on
-            log.warning("task_launch_failed", task_id=task.task_id, error=str(exc))
-            self._reap_strays()
-            return f"Failed to launch the command: {exc}"
+    def _grace(self, task_id: TaskID) -> float:
+        """The kill grace period of a started task."""
+        return self._kill_grace.get(task_id, DEFAULT_KILL_GRACE_PERIOD)
+
+    def _launch_failed(self, entry: TaskEntry, exc: Exception) -> str:
+        """The task's process could not start: why, for its failure."""
+        log.warning("task_launch_failed", task_id=entry.info.task_id, error=str(exc))
+        self._reap_strays()
+        return f"Failed to launch the command: {exc}"
+
+    def _started(self, entry: TaskEntry) -> None:
         entry.started = True
-        grace = task.kill_grace_period
-        self._kill_grace[task.task_id] = DEFAULT_KILL_GRACE_PERIOD if grace is None else grace
-        return None
-
-    def _fail_before_start(
-        self,
-        entries: list[_Task],
-        culprit: _Task,
-        error: str,
-        reason: Reason,
-        *,
-        spawned: list[_Task] | None = None,
-    ) -> None:
-        """``culprit`` could not start: it fails, and so does the rest of its group (the ones
-        already spawned end when their processes exit, killed)."""
-        self._end(culprit, TaskState.FAILED, error, reason=reason)
-        for entry in entries:
-            if entry is culprit or entry.done or (spawned and entry in spawned):
-                continue
-            self._end(
-                entry,
-                TaskState.FAILED,
-                f"Task {culprit.info.task_id} of the group could not start: {error}",
-                reason=Reason.TASK_GROUP_MEMBER_FAILED,
-            )
-
-    def _fail_group_launch(self, group: _Group, problems: dict[TaskID, str | None]) -> None:
-        bad = next(tid for tid, problem in problems.items() if problem)
-        for member in group.tasks:
-            problem = problems[member.info.task_id]
-            if problem:
-                self._update(member.info.task_id, TaskState.FAILED, problem, reason=_LAUNCH_FAILED)
-            else:
-                self._update(
-                    member.info.task_id,
-                    TaskState.FAILED,
-                    f"Task {bad} of the group cannot run: {problems[bad]}",
-                    reason=Reason.TASK_GROUP_MEMBER_FAILED,
-                )
-        self._stop_if_idle()
-
-    def _stop_if_idle(self) -> None:
-        """A default executor's work is over once its group is: stop (the driver returns once
-        the agent has acknowledged every update)."""
-        if self._exit_when_idle and not self._tasks and self._driver is not None:
-            log.info("default_executor_done")
-            self._driver.stop()
+        grace = entry.info.kill_grace_period
+        self._kill_grace[entry.info.task_id] = DEFAULT_KILL_GRACE_PERIOD if grace is None else grace
 
     # ------------------------------------------------------------------ health
 
-    def _watch_health(self, entry: _Task) -> None:
-        check = entry.info.health_check
-        if check is None:
+    def _watch_health(self, entry: TaskEntry) -> None:
+        if entry.info.health_check is None:
             return
         processes = self._processes_of(None)
-        task_id = entry.info.task_id
-        env = dict(self._base_env)
-        assert entry.info.command is not None
-        env.update(entry.info.command.environment)
-        env["AGORA_TASK_ID"] = task_id
-
-        def changed(healthy: bool) -> None:
-            if entry.done or entry.healthy is healthy:
-                return
-            entry.healthy = healthy
-            self._update(
-                task_id,
-                TaskState.RUNNING,
-                "healthy" if healthy else "unhealthy",
-                reason=Reason.TASK_HEALTH_CHECK_STATUS_UPDATED,
-                healthy=healthy,
-            )
-
-        def unhealthy(why: str) -> None:
-            if entry.done:
-                return
-            entry.healthy = False
-            entry.kill_reason = (Reason.TASK_HEALTH_CHECK_STATUS_UPDATED, why)
-            log.info("task_unhealthy", task_id=task_id, why=why)
-            processes.kill(task_id, self._kill_grace.get(task_id, DEFAULT_KILL_GRACE_PERIOD))
-
         # The check runs as the task does: in its container, as its user.
         prefix = self._containers.enter_prefix(entry.info, entry.run_as) if self._containers else ()
-        entry.health = HealthChecker(
-            check,
-            sandbox=processes.sandbox_of(task_id),
-            env=env,
-            on_change=changed,
-            on_unhealthy=unhealthy,
+        watch_health(
+            entry,
+            self._book,
+            sandbox=processes.sandbox_of(entry.info.task_id),
+            env=self._task_env(entry.info),
             command_prefix=prefix,
-            user=entry.run_as,
+            kill=lambda task_id: processes.kill(task_id, self._grace(task_id)),
         )
-        entry.health.start()
 
     # ------------------------------------------------------------------ helpers
 
@@ -556,7 +420,7 @@ class CommandExecutor(Executor):
     def _processes_of(self, driver: ExecutorDriver | None) -> TaskProcesses:
         if self._processes is None:
             assert driver is not None
-            self._driver = driver
+            self._driver = self._book.driver = driver
             self._containers = TaskContainers.from_environ(driver.environment.framework_id)
             self._processes = TaskProcesses(
                 os.path.join(driver.sandbox, "tasks"),
@@ -565,50 +429,9 @@ class CommandExecutor(Executor):
             )
         return self._processes
 
-    def _fetcher_of(self) -> Fetcher:
-        if self._fetcher is None:
-            # only a task with URIs needs it (and urllib's HTTP client, tarfile, zipfile)
-            from agora.agent.containers.fetcher import Fetcher
-
-            assert self._driver is not None
-            config = self._containers.config if self._containers is not None else None
-            cache = config.fetch_cache if config is not None else None
-            cache = cache or os.path.join(self._driver.sandbox, ".fetch-cache")
-            limit = config.fetch_cache_max if config is not None else 2 * 1024**3
-            self._fetcher = Fetcher(cache, limit)
-        return self._fetcher
-
     def _check(self, task: TaskInfo) -> tuple[str | None, RunAs | None]:
-        """Why ``task`` cannot run (None: it can), and whom to run it as."""
-        task_id = task.task_id
-        if task_id in _BAD_TASK_IDS or "/" in task_id or "\0" in task_id:
-            return f"Task id {task_id!r} cannot name a sandbox directory", None
-        command = task.command
-        if command is None:
-            return "The task has no command (the command executor runs command tasks)", None
-        if command.shell and not command.value:
-            return "The task's command has no value to run through the shell", None
-        if not command.shell and not command.argv:
-            return "The task's command has no argv", None
-        wanted = (command.user or self._default_user) if self._switch_user else None
-        if wanted is None:
-            return None, None
-        if self._user is None:
-            self._user = pwd.getpwuid(os.geteuid()).pw_name
-        if wanted == self._user:
-            return None, None
-        if os.geteuid() != 0:
-            return (
-                f"Cannot run the command as user {wanted!r}: the command executor runs as "
-                f"{self._user!r}, not root",
-                None,
-            )
-        try:
-            entry = pwd.getpwnam(wanted)
-        except KeyError:
-            return f"Cannot run the command as user {wanted!r}: no such user", None
-        groups = tuple(os.getgrouplist(entry.pw_name, entry.pw_gid))
-        return None, RunAs(entry.pw_name, entry.pw_uid, entry.pw_gid, groups)
+        """Why ``task``'s command cannot run (None: it can), and whom to run it as."""
+        return self._admission.check(task)
 
     def _output(self, process: TaskProcess, stream: str, chunk: bytes) -> None:
         assert self._driver is not None
@@ -628,65 +451,25 @@ class CommandExecutor(Executor):
         limitation = None
         totals = Totals(process.cpu_seconds, process.max_rss_bytes)
         if self._containers is not None:
-            totals = self._final_totals(task_id, totals)
+            if self._totals is None:
+                assert self._driver is not None
+                self._totals = ContainerTotals(self._containers.config, self._driver.framework_id)
+            # read before the container is destroyed
+            totals = self._totals.final(task_id, totals)
             limitation = self._containers.finish(task_id)
         self._reap_strays()
-        reason: Reason | None = None
-        if process.killed:
-            message = kill_message(process.returncode, process.grace, process.escalated)
-        else:
-            message = exit_message(process.returncode)
-        if limitation is not None:
-            state = TaskState.FAILED
-            reason, message = limitation
-        elif entry is not None and entry.kill_reason is not None:
-            state = TaskState.KILLED if process.killed else TaskState.FAILED
-            reason, why = entry.kill_reason
-            message = f"{why} ({message})"
-        elif process.killed:
-            state = TaskState.KILLED
-        elif code == 0:
-            state = TaskState.FINISHED
-        else:
-            state = TaskState.FAILED
+        kill_reason = entry.kill_reason if entry is not None else None
+        state, reason, message = terminal_state(process, limitation, kill_reason)
         log.debug("task_exited", task_id=task_id, state=state.value, exit_code=code)
         if entry is None:
-            self._update(task_id, state, message, exit_code=code, reason=reason, totals=totals)
+            self._book.update(task_id, state, message, exit_code=code, reason=reason, totals=totals)
             return
-        self._end(entry, state, message, exit_code=code, reason=reason, totals=totals)
+        self._book.end(entry, state, message, exit_code=code, reason=reason, totals=totals)
         group = entry.group
         failed = state is TaskState.FAILED or (reason is Reason.TASK_HEALTH_CHECK_STATUS_UPDATED)
         if group is not None and failed and not group.failed:
             group.failed = True
             self._kill_group(group, entry)
-
-    def _final_totals(self, task_id: TaskID, measured: Totals) -> Totals:
-        """The totals of the task's container cgroup, if it has one, read before the container
-        is destroyed; what the cgroup does not tell is taken from ``measured`` (rusage)."""
-        assert self._containers is not None and self._driver is not None
-        config = self._containers.config
-        if not config.cgroup_controllers:
-            return measured
-        if not self._cgroups_detected:
-            self._cgroups_detected = True
-            try:
-                self._cgroups = Cgroups.detect(config.cgroups_root)
-            except CgroupError as exc:
-                log.warning("task_totals_unavailable", error=str(exc))
-        if self._cgroups is None:
-            return measured
-        try:
-            cgroup = self._cgroups.open(container_name(self._driver.framework_id, task_id))
-            totals = cgroup.totals() if cgroup is not None else None
-        except (OSError, CgroupError) as exc:
-            log.warning("task_totals_unreadable", task_id=task_id, error=str(exc))
-            totals = None
-        if totals is None:
-            return measured
-        return Totals(
-            measured.cpu_seconds if totals.cpu_seconds is None else totals.cpu_seconds,
-            measured.max_rss_bytes if totals.max_rss_bytes is None else totals.max_rss_bytes,
-        )
 
     def _reap_strays(self) -> None:
         """Reap what was re-parented to us and has exited (not the health checks' probes)."""
@@ -699,7 +482,7 @@ class CommandExecutor(Executor):
         probes = {pid for e in self._tasks.values() if e.health for pid in e.health.pids}
         self._processes.reap_strays(probes)
 
-    def _kill_group(self, group: _Group, culprit: _Task) -> None:
+    def _kill_group(self, group: TaskGroup, culprit: TaskEntry) -> None:
         processes = self._processes_of(None)
         why = f"Task {culprit.info.task_id} of the group failed"
         for member in group.tasks:
@@ -711,69 +494,13 @@ class CommandExecutor(Executor):
             elif (
                 not processes.kill(
                     member.info.task_id,
-                    self._kill_grace.get(member.info.task_id, DEFAULT_KILL_GRACE_PERIOD),
+                    self._grace(member.info.task_id),
                 )
                 and not member.started
             ):
-                self._end(member, TaskState.KILLED, why, reason=Reason.TASK_GROUP_MEMBER_FAILED)
-
-    def _end(
-        self,
-        entry: _Task,
-        state: TaskState,
-        message: str,
-        *,
-        exit_code: int | None = None,
-        reason: Reason | None = None,
-        totals: Totals | None = None,
-    ) -> None:
-        """The task's terminal update; the executor forgets it."""
-        if entry.done:
-            return
-        entry.done = True
-        if entry.health is not None:
-            entry.health.stop()
-            entry.health = None
-        self._tasks.pop(entry.info.task_id, None)
-        self._update(
-            entry.info.task_id,
-            state,
-            message,
-            exit_code=exit_code,
-            reason=reason,
-            healthy=entry.healthy,
-            totals=totals,
-        )
-        self._stop_if_idle()
-
-    def _update(
-        self,
-        task_id: TaskID,
-        state: TaskState,
-        message: str = "",
-        exit_code: int | None = None,
-        *,
-        reason: Reason | None = None,
-        healthy: bool | None = None,
-        totals: Totals | None = None,
-    ) -> None:
-        assert self._driver is not None
-        self._driver.send_status_update(
-            TaskStatus(
-                task_id=task_id,
-                state=state,
-                source=StatusSource.EXECUTOR,
-                message=message,
-                exit_code=exit_code,
-                reason=reason,
-                healthy=healthy,
-                cpu_seconds=None if totals is None else totals.cpu_seconds,
-                max_rss_bytes=None if totals is None else totals.max_rss_bytes,
-            )
-        )
-
-
-_LAUNCH_FAILED: Final = Reason.CONTAINER_LAUNCH_FAILED
+                self._book.end(
+                    member, TaskState.KILLED, why, reason=Reason.TASK_GROUP_MEMBER_FAILED
+                )
 
 
 def main() -> None:

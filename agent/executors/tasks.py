@@ -24,7 +24,7 @@ import os
 import signal
 import subprocess
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Final
+from typing import Final, TypedDict
 
 import structlog
 from agora.agent.executors.pgroup import group_alive
@@ -47,7 +47,7 @@ from agora.agent.executors.task_spawn import (
 from agora.sdk.executor import MAX_OUTPUT_CHUNK
 from agora.sdk.ids import TaskID
 
-__all__ = ["DRAIN_TIMEOUT", "GROUP_POLL_INTERVAL", "TaskProcesses"]
+__all__ = ["DRAIN_TIMEOUT", "GROUP_POLL_INTERVAL", "SpawnArgs", "TaskProcesses"]
 
 log = structlog.get_logger(__name__)
 
@@ -58,6 +58,19 @@ DRAIN_TIMEOUT: Final = 1.0
 #: grace period and the rest of the group has not.
 GROUP_POLL_INTERVAL: Final = 0.05
 _DRAIN_READS_MAX: Final = 64
+
+
+class SpawnArgs(TypedDict):
+    """What :meth:`TaskProcesses.spawn` and :meth:`TaskProcesses.spawn_async` take alike."""
+
+    task_id: TaskID
+    #: ``(command,)`` when ``shell``.
+    argv: Sequence[str]
+    env: Mapping[str, str]
+    shell: bool
+    #: Pipe the output through the executor (``on_output``) on its way to the sandbox files.
+    stream: bool
+    run_as: RunAs | None
 
 
 class TaskProcesses:
