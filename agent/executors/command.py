@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from agora.sdk._lean import import_structlog_without_rich
 
@@ -52,13 +52,13 @@ from agora.agent.executors.task_book import (  # noqa: E402
     TaskGroup,
 )
 from agora.agent.executors.task_health import watch_health  # noqa: E402
-from agora.agent.executors.task_process import AsyncStarter, RunAs, TaskProcess  # noqa: E402
+from agora.agent.executors.task_launch import DEFAULT_KILL_GRACE_PERIOD, TaskLauncher  # noqa: E402
+from agora.agent.executors.task_process import RunAs, TaskProcess  # noqa: E402
 from agora.agent.executors.task_totals import ContainerTotals  # noqa: E402
-from agora.agent.executors.tasks import SpawnArgs, TaskProcesses  # noqa: E402
+from agora.agent.executors.tasks import TaskProcesses  # noqa: E402
 from agora.agent.executors.terminal import terminal_state  # noqa: E402
 from agora.sdk.executor import (  # noqa: E402
     EXECUTOR_ENV_VARS,
-    OUTPUT_LABEL,
     OUTPUT_STREAMS,
     Executor,
     ExecutorDriver,
@@ -77,14 +77,10 @@ from agora.sdk.messages import (  # noqa: E402
     TaskState,
 )
 
-if TYPE_CHECKING:
-    from agora.agent.containers.fetcher import Fetcher
-
 __all__ = ["DEFAULT_KILL_GRACE_PERIOD", "CommandExecutor", "main", "shutdown_kill_grace"]
 
 log = structlog.get_logger(__name__)
 
-DEFAULT_KILL_GRACE_PERIOD: Final = 3.0
 #: The environment variable naming the user tasks run as when their command names none.
 TASK_USER_ENV: Final = "AGORA_TASK_USER"
 #: Set to "0" by an agent started --no-switch-user: every task runs as this executor's user.
@@ -113,11 +109,8 @@ class CommandExecutor(Executor):
         self._driver: ExecutorDriver | None = None
         self._processes: TaskProcesses | None = None
         self._containers: TaskContainers | None = None
-        self._fetcher: Fetcher | None = None
+        self._launcher: TaskLauncher | None = None
         self._tasks = self._book.tasks
-        #: Containers being set up by the fork server (see _start_async).
-        self._launching = 0
-        self._kill_grace: dict[TaskID, float] = {}
         #: Bytes of each task's stdout/stderr sent so far: the offset of the next chunk.
         self._streamed: dict[tuple[TaskID, str], int] = {}
         self._killing_state = False
@@ -146,7 +139,7 @@ class CommandExecutor(Executor):
             self._book.update(task.task_id, TaskState.FAILED, problem, reason=LAUNCH_FAILED)
             return
         self._tasks[task.task_id] = entry
-        self._prepare([entry])
+        self._launcher_of().prepare([entry])
 
     def launch_task_group(
         self, driver: ExecutorDriver, executor_info: ExecutorInfo, group: TaskGroupInfo
@@ -165,7 +158,7 @@ class CommandExecutor(Executor):
         for member in members.tasks:
             member.group = members
             self._tasks[member.info.task_id] = member
-        self._prepare(members.tasks)
+        self._launcher_of().prepare(members.tasks)
 
     def kill_task(self, driver: ExecutorDriver, task_id: TaskID) -> None:
         processes = self._processes_of(driver)
@@ -175,7 +168,7 @@ class CommandExecutor(Executor):
             entry.kill_pending = True
             return
         if entry is not None and entry.preparing is not None:
-            self._cancel_preparation(entry)
+            self._launcher_of().cancel(entry)
             return
         self._kill(processes, task_id)
 
@@ -187,7 +180,7 @@ class CommandExecutor(Executor):
         first = not process.killed
         if first and self._killing_state and not process.reaped:
             self._book.update(task_id, TaskState.KILLING)
-        processes.kill(task_id, self._grace(task_id))
+        processes.kill(task_id, self._launcher_of().grace(task_id))
 
     async def shutdown(self, driver: ExecutorDriver) -> None:
         processes = self._processes_of(driver)
@@ -198,192 +191,26 @@ class CommandExecutor(Executor):
         await asyncio.gather(*launches, return_exceptions=True)
         for entry in list(self._tasks.values()):
             if entry.preparing is not None:
-                self._cancel_preparation(entry)
+                self._launcher_of().cancel(entry)
         live = list(processes.live)
         log.info("command_executor_shutdown", tasks=len(live), grace_cap=cap)
         for task_id in live:
             process = processes.live[task_id]
             if self._killing_state and not process.killed and not process.reaped:
                 self._book.update(task_id, TaskState.KILLING)
-            grace = min(self._grace(task_id), cap)
+            grace = min(self._launcher_of().grace(task_id), cap)
             processes.kill(task_id, grace)
         await processes.wait_idle()
 
     def framework_message(self, driver: ExecutorDriver, data: bytes) -> None:
         log.debug("framework_message_ignored", size=len(data))
 
-    # ------------------------------------------------------------------ launching
+    # ------------------------------------------------------------------ launching (task_launch.py)
 
     def _admit(self, entry: TaskEntry) -> str | None:
         """Why the task cannot run here (None: it can); fills in whom it runs as."""
         problem, entry.run_as = self._admission.admit(entry.info, self._containers)
         return problem
-
-    def _prepare(self, entries: list[TaskEntry]) -> None:
-        """Fetch the tasks' URIs (if any), then start them together."""
-        if not any(e.info.command is not None and e.info.command.uris for e in entries):
-            starter = self._async_starter(entries)
-            if starter is None:
-                self._start(entries)
-                return
-            # The container is set up by the fork server while this executor goes on with the
-            # next tasks (whose containers are set up at the same time).
-            entry = entries[0]
-            entry.launching = True
-            entry.preparing = asyncio.get_running_loop().create_task(
-                self._start_async(entry, starter)
-            )
-            return
-        job = asyncio.get_running_loop().create_task(self._fetch_then_start(entries))
-        for entry in entries:
-            entry.preparing = job
-
-    async def _fetch_then_start(self, entries: list[TaskEntry]) -> None:
-        processes = self._processes_of(None)
-        # only a task with URIs needs it (and urllib's HTTP client, tarfile, zipfile)
-        from agora.agent.executors.task_fetch import FetchError, fetch_into, fetcher_for
-
-        if self._fetcher is None:
-            assert self._driver is not None
-            config = self._containers.config if self._containers is not None else None
-            self._fetcher = fetcher_for(config, self._driver.sandbox)
-        for entry in entries:
-            command = entry.info.command
-            if command is None or not command.uris:
-                continue
-            try:
-                sandbox = processes.sandbox_of(entry.info.task_id)
-                await fetch_into(self._fetcher, sandbox, command.uris, entry.run_as)
-            except Exception as exc:  # FetchError, an unreadable source, a sandbox problem
-                for other in entries:
-                    other.preparing = None
-                message = str(exc) if isinstance(exc, FetchError) else f"Fetch failed: {exc}"
-                self._book.fail_before_start(entries, entry, message, Reason.FETCHER_FAILED)
-                return
-        for entry in entries:
-            entry.preparing = None
-        self._start(entries)
-
-    def _cancel_preparation(self, entry: TaskEntry) -> None:
-        job = entry.preparing
-        assert job is not None
-        job.cancel()
-        members = entry.group.tasks if entry.group is not None else [entry]
-        for member in members:
-            member.preparing = None
-            if not member.done:
-                self._book.end(member, TaskState.KILLED, "Task killed before it started")
-
-    def _start(self, entries: list[TaskEntry]) -> None:
-        """Spawn every task; for a group, all or nothing."""
-        processes = self._processes_of(None)
-        started: list[TaskEntry] = []
-        network: str | None = None  # a group's isolated tasks share the first one's network
-        for entry in entries:
-            isolated = entry.info.container is not None and entry.info.container.network_isolation
-            error = self._spawn(processes, entry, network if isolated else None)
-            if error is None and isolated and network is None and entry.group is not None:
-                assert self._containers is not None
-                network = self._containers.network_of(entry.info.task_id)
-            if error is not None:
-                for running in started:
-                    running.kill_reason = (Reason.TASK_GROUP_MEMBER_FAILED, error)
-                    processes.kill(running.info.task_id, 0.0)
-                self._book.fail_before_start(entries, entry, error, LAUNCH_FAILED, spawned=started)
-                return
-            started.append(entry)
-        for entry in entries:
-            self._book.update(entry.info.task_id, TaskState.RUNNING)
-            self._watch_health(entry)
-
-    def _async_starter(self, entries: list[TaskEntry]) -> AsyncStarter | None:
-        """How to start a lone task's container without blocking (None: start it in place)."""
-        if len(entries) != 1 or entries[0].group is not None or self._containers is None:
-            return None
-        return self._containers.async_starter(entries[0].info, entries[0].run_as)
-
-    async def _start_async(self, entry: TaskEntry, starter: AsyncStarter) -> None:
-        processes = self._processes_of(None)
-        args = self._spawn_args(processes, entry)
-        self._launching += 1
-        try:
-            await processes.spawn_async(**args, starter=starter)
-        except Exception as exc:  # OSError, the launcher's error: the task fails, we go on
-            entry.preparing, entry.launching = None, False
-            self._launching -= 1
-            error = self._launch_failed(entry, exc)
-            self._book.fail_before_start([entry], entry, error, LAUNCH_FAILED, spawned=[])
-            return
-        except BaseException:  # cancelled (the executor is closing)
-            self._launching -= 1
-            raise
-        entry.preparing, entry.launching = None, False
-        self._launching -= 1
-        if not self._launching:
-            self._reap_strays()
-        self._started(entry)
-        self._book.update(entry.info.task_id, TaskState.RUNNING)
-        self._watch_health(entry)
-        if entry.kill_pending:
-            self._kill(processes, entry.info.task_id)
-
-    def _spawn(
-        self, processes: TaskProcesses, entry: TaskEntry, network: str | None = None
-    ) -> str | None:
-        """Start the task's process in place; why it could not start (None: it did)."""
-        args = self._spawn_args(processes, entry)
-        starter = None
-        if self._containers is not None:
-            starter = self._containers.starter(entry.info, entry.run_as, network)
-        try:
-            processes.spawn(**args, starter=starter)
-        except Exception as exc:  # OSError, the launcher's error: the task fails, we go on
-            return self._launch_failed(entry, exc)
-        self._started(entry)
-        return None
-
-    def _spawn_args(self, processes: TaskProcesses, entry: TaskEntry) -> SpawnArgs:
-        """How the task's process is started (in place or not): its command and environment."""
-        task = entry.info
-        command = task.command
-        assert command is not None
-        env = self._task_env(task)
-        host_sandbox = processes.sandbox_of(task.task_id)
-        if self._containers is not None:
-            env["AGORA_SANDBOX"] = self._containers.sandbox_path(task, host_sandbox)
-        else:
-            env["AGORA_SANDBOX"] = host_sandbox
-        return SpawnArgs(
-            task_id=task.task_id,
-            argv=(command.value or "",) if command.shell else command.argv,
-            env=env,
-            shell=command.shell,
-            stream=task.labels.get(OUTPUT_LABEL) == "1",
-            run_as=entry.run_as,
-        )
-
-    def _task_env(self, task: TaskInfo) -> dict[str, str]:
-        """The environment of the task's command (and of its health check)."""
-        assert task.command is not None
-        env = dict(self._base_env)
-        env.update(task.command.environment)
-        env["AGORA_TASK_ID"] = task.task_id
-        return env
-
-    def _grace(self, task_id: TaskID) -> float:
-        """The kill grace period of a started task."""
-        return self._kill_grace.get(task_id, DEFAULT_KILL_GRACE_PERIOD)
-
-    def _launch_failed(self, entry: TaskEntry, exc: Exception) -> str:
-        """The task's process could not start: why, for its failure."""
-        log.warning("task_launch_failed", task_id=entry.info.task_id, error=str(exc))
-        self._reap_strays()
-        return f"Failed to launch the command: {exc}"
-
-    def _started(self, entry: TaskEntry) -> None:
-        entry.started = True
-        grace = entry.info.kill_grace_period
-        self._kill_grace[entry.info.task_id] = DEFAULT_KILL_GRACE_PERIOD if grace is None else grace
 
     # ------------------------------------------------------------------ health
 
@@ -397,9 +224,9 @@ class CommandExecutor(Executor):
             entry,
             self._book,
             sandbox=processes.sandbox_of(entry.info.task_id),
-            env=self._task_env(entry.info),
+            env=self._launcher_of().task_env(entry.info),
             command_prefix=prefix,
-            kill=lambda task_id: processes.kill(task_id, self._grace(task_id)),
+            kill=lambda task_id: processes.kill(task_id, self._launcher_of().grace(task_id)),
         )
 
     # ------------------------------------------------------------------ helpers
@@ -414,6 +241,8 @@ class CommandExecutor(Executor):
         if self._processes is not None:
             self._processes.close()
             self._processes = None
+        if self._launcher is not None:
+            self._launcher.close()
         if self._containers is not None:
             self._containers.close()
 
@@ -422,12 +251,30 @@ class CommandExecutor(Executor):
             assert driver is not None
             self._driver = self._book.driver = driver
             self._containers = TaskContainers.from_environ(driver.environment.framework_id)
-            self._processes = TaskProcesses(
+            processes = self._processes = TaskProcesses(
                 os.path.join(driver.sandbox, "tasks"),
                 on_output=self._output,
                 on_exit=self._exited,
             )
+            self._launcher = TaskLauncher(
+                processes,
+                self._containers,
+                self._book,
+                base_env=self._base_env,
+                fetch_dir=driver.sandbox,
+                running=self._running,
+                kill=lambda task_id: self._kill(processes, task_id),
+            )
         return self._processes
+
+    def _launcher_of(self) -> TaskLauncher:
+        """The launcher (there is one once the executor has a driver)."""
+        assert self._launcher is not None
+        return self._launcher
+
+    def _running(self, entry: TaskEntry) -> None:
+        self._book.update(entry.info.task_id, TaskState.RUNNING)
+        self._watch_health(entry)
 
     def _check(self, task: TaskInfo) -> tuple[str | None, RunAs | None]:
         """Why ``task``'s command cannot run (None: it can), and whom to run it as."""
@@ -446,7 +293,7 @@ class CommandExecutor(Executor):
         task_id = process.task_id
         for stream in OUTPUT_STREAMS:
             self._streamed.pop((task_id, stream), None)
-        self._kill_grace.pop(task_id, None)
+        self._launcher_of().forget(task_id)
         entry = self._tasks.get(task_id)
         limitation = None
         totals = Totals(process.cpu_seconds, process.max_rss_bytes)
@@ -457,7 +304,7 @@ class CommandExecutor(Executor):
             # read before the container is destroyed
             totals = self._totals.final(task_id, totals)
             limitation = self._containers.finish(task_id)
-        self._reap_strays()
+        self._launcher_of().reap_strays()
         kill_reason = entry.kill_reason if entry is not None else None
         state, reason, message = terminal_state(process, limitation, kill_reason)
         log.debug("task_exited", task_id=task_id, state=state.value, exit_code=code)
@@ -471,17 +318,6 @@ class CommandExecutor(Executor):
             group.failed = True
             self._kill_group(group, entry)
 
-    def _reap_strays(self) -> None:
-        """Reap what was re-parented to us and has exited (not the health checks' probes)."""
-        if self._processes is None or self._containers is None:
-            return
-        if self._launching:
-            # A container being set up may have been re-parented to us already (and even have
-            # exited): its pid is not known yet. Reaped once no launch is in flight.
-            return
-        probes = {pid for e in self._tasks.values() if e.health for pid in e.health.pids}
-        self._processes.reap_strays(probes)
-
     def _kill_group(self, group: TaskGroup, culprit: TaskEntry) -> None:
         processes = self._processes_of(None)
         why = f"Task {culprit.info.task_id} of the group failed"
@@ -490,11 +326,11 @@ class CommandExecutor(Executor):
                 continue
             member.kill_reason = (Reason.TASK_GROUP_MEMBER_FAILED, why)
             if member.preparing is not None:
-                self._cancel_preparation(member)
+                self._launcher_of().cancel(member)
             elif (
                 not processes.kill(
                     member.info.task_id,
-                    self._grace(member.info.task_id),
+                    self._launcher_of().grace(member.info.task_id),
                 )
                 and not member.started
             ):
