@@ -12,28 +12,44 @@ lies inside its sandbox are killed (the role a container's destruction plays in 
 processes that exit are reaped by :meth:`ExecutorProcesses.sweep`, which the daemon calls on its
 tick. At agent shutdown every executor gets SIGTERM, then SIGKILL after the grace period, and
 everything still adopted is killed.
+
+How one executor is started (command line, environment, account; container, zygote or exec) is
+:mod:`agora.agent.server.executor_start`; finding processes through ``/proc`` (children, by
+sandbox) is :mod:`agora.agent.server.process_scan`. Their names used elsewhere are re-exported.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import ctypes.util
 import os
-import pwd
 import signal
 import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO
 
 import structlog
-from agora.agent.server.zygote import Declined
+from agora.agent.server.executor_start import (
+    BUILTIN_EXECUTOR_ARGV,
+    Account,
+    ExecutorStarter,
+    LaunchError,
+    account_for,
+    executor_argv,
+    executor_environment,
+    resolve_sandbox,
+    runs_default_executor,
+    start_executor,
+)
+from agora.agent.server.process_scan import (
+    become_subreaper,
+    children,
+    kill_sandbox_processes,
+    sandbox_process_alive,
+    started_in,
+)
 from agora.sdk.ids import ExecutorID, FrameworkID
-from agora.sdk.messages import ExecutorInfo
 
 __all__ = [
     "BUILTIN_EXECUTOR_ARGV",
@@ -52,78 +68,8 @@ __all__ = [
 
 log = structlog.get_logger(__name__)
 
-BUILTIN_EXECUTOR_ARGV: tuple[str, ...] = (sys.executable, "-m", "agora.agent.executors.command")
-_PR_SET_CHILD_SUBREAPER = 36
-_SANDBOX_VAR = b"AGORA_SANDBOX="
-
 #: (framework id, executor id, status); status None: unknown (an adopted executor).
 ExitCallback = Callable[[FrameworkID, ExecutorID, int | None], None]
-#: Starts an executor in a container: (argv, env, sandbox, stdin, stdout, stderr, account) ->
-#: the pid to watch (a child of the agent, which is a subreaper). Raises on failure.
-ExecutorStarter = Callable[
-    [list[str], Mapping[str, str], str, int, int, int, "Account | None"], int
-]
-
-
-class LaunchError(Exception):
-    """An executor could not be started; ``str(error)`` says why (goes to the core)."""
-
-
-def become_subreaper() -> bool:
-    """Adopt orphaned descendants (Linux); False where unsupported."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
-    except (OSError, AttributeError):
-        return False
-
-
-def resolve_sandbox(work_dir: str, relative: str) -> str:
-    """The absolute sandbox ``relative`` names inside ``work_dir``; raises LaunchError if it
-    would escape it (absolute paths, ``..``, symlinks pointing out)."""
-    root = os.path.realpath(work_dir)
-    if not relative or os.path.isabs(relative) or "\x00" in relative:
-        raise LaunchError(f"bad sandbox path {relative!r}: must be relative to the work dir")
-    path = os.path.realpath(os.path.join(root, relative))
-    if path == root or os.path.commonpath([root, path]) != root:
-        raise LaunchError(f"bad sandbox path {relative!r}: escapes the work dir")
-    return path
-
-
-def runs_default_executor(info: ExecutorInfo) -> bool:
-    """An ExecutorInfo that names no command runs the built-in executor (Mesos's DEFAULT
-    executor): task groups that need no executor of their own."""
-    return not info.command.value and not info.command.argv
-
-
-def executor_argv(info: ExecutorInfo, builtin: bool) -> list[str]:
-    """The command line of an executor: ours for the built-in and default ones, else its
-    CommandInfo."""
-    if builtin or runs_default_executor(info):
-        return list(BUILTIN_EXECUTOR_ARGV)
-    command = info.command
-    if command.shell and command.value:
-        return ["/bin/sh", "-c", command.value]
-    return list(command.argv) if command.argv else [str(command.value)]
-
-
-def executor_environment(
-    inherited: Mapping[str, str],
-    *,
-    drop: frozenset[str],
-    info: ExecutorInfo,
-    given: Mapping[str, str],
-    required: Mapping[str, str],
-) -> dict[str, str]:
-    """``inherited`` minus ``drop``, then the executor command's environment, then what the core
-    ``given``, then the ``required`` variables the daemon alone knows (endpoint, sandbox...)."""
-    env = {k: v for k, v in inherited.items() if k not in drop}
-    env.update(info.command.environment)
-    env.update(given)
-    env.update(required)
-    return env
 
 
 @dataclass(eq=False)
@@ -144,14 +90,6 @@ class ExecutorProcess:
     @property
     def pid(self) -> int:
         return self.popen.pid if self.popen is not None else self.adopted_pid
-
-
-@dataclass(frozen=True, slots=True)
-class Account:
-    name: str
-    uid: int
-    gid: int
-    groups: tuple[int, ...]
 
 
 class ExecutorProcesses:
@@ -219,49 +157,7 @@ class ExecutorProcesses:
             )
             self._kill_group(old.pid, signal.SIGKILL)
         account = self.account(user)
-        pid = 0
-        popen: subprocess.Popen[bytes] | None = None
-        try:
-            os.makedirs(sandbox, exist_ok=True)
-            if os.path.realpath(sandbox) != sandbox:
-                raise LaunchError(f"sandbox {sandbox} is behind a symlink")
-            if account is not None:
-                os.chown(sandbox, account.uid, account.gid)
-            with (
-                open(os.path.join(sandbox, "executor.stdout"), "ab") as out,
-                open(os.path.join(sandbox, "executor.stderr"), "ab") as err,
-                open(os.devnull, "rb") as null,
-            ):
-                if starter is None and fork_starter is not None:
-                    pid = _try_fork_starter(
-                        fork_starter, argv, env, sandbox, (null, out, err), account
-                    )
-                if starter is not None:
-                    pid = starter(
-                        list(argv), env, sandbox, null.fileno(), out.fileno(), err.fileno(), account
-                    )
-                elif not pid:
-                    popen = subprocess.Popen(
-                        list(argv),
-                        cwd=sandbox,
-                        env=dict(env),
-                        stdin=subprocess.DEVNULL,
-                        stdout=out,
-                        stderr=err,
-                        close_fds=True,
-                        start_new_session=True,
-                        user=account.uid if account else None,
-                        group=account.gid if account else None,
-                        extra_groups=list(account.groups) if account else None,
-                    )
-        except LaunchError:
-            raise
-        except (OSError, ValueError, subprocess.SubprocessError) as exc:
-            raise LaunchError(f"cannot start executor {argv[0] if argv else ''!r}: {exc}") from exc
-        except Exception as exc:  # the container launcher's own error
-            raise LaunchError(f"cannot start executor {argv[0] if argv else ''!r}: {exc}") from exc
-        if popen is not None:
-            pid = popen.pid
+        pid, popen = start_executor(argv, sandbox, env, account, starter, fork_starter)
         try:
             pidfd: int | None = os.pidfd_open(pid)
         except (OSError, AttributeError):  # pragma: no cover - kernels before 5.3
@@ -317,25 +213,7 @@ class ExecutorProcesses:
 
     def account(self, user: str | None) -> Account | None:
         """The account to switch to, None to run as the agent's own user."""
-        if not user:
-            return None
-        try:
-            entry = pwd.getpwnam(user)
-        except KeyError:
-            raise LaunchError(f"unknown user {user!r}") from None
-        if entry.pw_uid == os.geteuid():
-            return None
-        if not self._switch_user:
-            return None
-        if os.geteuid() != 0:
-            raise LaunchError(
-                f"cannot run as user {user!r}: the agent is not root (see --no-switch-user)"
-            )
-        try:
-            groups = tuple(os.getgrouplist(user, entry.pw_gid))
-        except OSError:
-            groups = (entry.pw_gid,)
-        return Account(user, entry.pw_uid, entry.pw_gid, groups)
+        return account_for(user, switch_user=self._switch_user)
 
     # ---- signals ---------------------------------------------------------------------------
 
@@ -388,7 +266,7 @@ class ExecutorProcesses:
         else:
             # Not our child: its pid may be reused by now, and what it left behind was re-parented
             # to init, not to us. Find those by the sandbox they were started in.
-            _kill_sandbox_processes(proc.sandbox)
+            kill_sandbox_processes(proc.sandbox)
         status: int | None = None
         if proc.popen is not None:
             status = proc.popen.poll()
@@ -444,7 +322,7 @@ class ExecutorProcesses:
 
     def adopted(self) -> list[int]:
         """Live children of the agent that are not executors (orphans re-parented to us)."""
-        return [pid for pid in _children() if pid not in self._by_pid]
+        return [pid for pid in children() if pid not in self._by_pid]
 
     def kill_adopted(self, sandbox: str | None = None) -> int:
         """SIGKILL adopted processes (only those of ``sandbox`` when given) and their groups."""
@@ -452,7 +330,7 @@ class ExecutorProcesses:
             return 0
         killed = 0
         for pid in self.adopted():
-            if sandbox is not None and not _started_in(pid, sandbox):
+            if sandbox is not None and not started_in(pid, sandbox):
                 continue
             try:
                 pgid = os.getpgid(pid)
@@ -520,113 +398,8 @@ class ExecutorProcesses:
                 proc.pidfd = None
 
 
-def _try_fork_starter(
-    starter: ExecutorStarter,
-    argv: Sequence[str],
-    env: Mapping[str, str],
-    sandbox: str,
-    stdio: tuple[IO[bytes], IO[bytes], IO[bytes]],
-    account: Account | None,
-) -> int:
-    """The pid ``starter`` forked, or 0 when it declined or failed (then exec starts it)."""
-    null, out, err = stdio
-    try:
-        return starter(list(argv), env, sandbox, null.fileno(), out.fileno(), err.fileno(), account)
-    except Declined as exc:
-        log.info("executor_zygote_declined", sandbox=sandbox, why=str(exc))
-    except OSError as exc:
-        log.warning("executor_zygote_failed", sandbox=sandbox, error=str(exc))
-    return 0
-
-
 def _write_atomic(path: str, text: str) -> None:
     tmp = f"{path}.tmp"
     with open(tmp, "w", encoding="ascii") as f:
         f.write(text)
     os.replace(tmp, path)
-
-
-def _children() -> Iterator[int]:
-    """Pids of this process's children (all threads), from /proc."""
-    pid = os.getpid()
-    task_dir = f"/proc/{pid}/task"
-    try:
-        tids = os.listdir(task_dir)
-    except OSError:
-        return
-    readable = False
-    for tid in tids:
-        try:
-            with open(f"{task_dir}/{tid}/children", encoding="ascii") as f:
-                text = f.read()
-        except OSError:
-            continue
-        readable = True
-        for item in text.split():
-            with contextlib.suppress(ValueError):
-                yield int(item)
-    if not readable:  # kernels without CONFIG_PROC_CHILDREN: scan every process's parent
-        yield from _children_by_scan(pid)
-
-
-def _children_by_scan(parent: int) -> Iterator[int]:
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 1 and fields[1] == str(parent):
-            yield int(entry)
-
-
-def _kill_sandbox_processes(sandbox: str) -> int:
-    """SIGKILL every process on the host started in ``sandbox`` (by AGORA_SANDBOX)."""
-    killed = 0
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return 0
-    for entry in entries:
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        if not _started_in(int(entry), sandbox):
-            continue
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(int(entry), signal.SIGKILL)
-            killed += 1
-    if killed:
-        log.info("sandbox_processes_killed", count=killed, sandbox=sandbox)
-    return killed
-
-
-def _started_in(pid: int, sandbox: str) -> bool:
-    """``pid`` was started in ``sandbox`` or below it (by its AGORA_SANDBOX)."""
-    where = _sandbox_of(pid)
-    return where is not None and (where + os.sep).startswith(sandbox.rstrip(os.sep) + os.sep)
-
-
-def sandbox_process_alive(pid: int, sandbox: str) -> bool:
-    """``pid`` is alive and was started in ``sandbox`` (guards against a reused pid)."""
-    where = _sandbox_of(pid)
-    return where is not None and where == sandbox.rstrip(os.sep)
-
-
-def _sandbox_of(pid: int) -> str | None:
-    """The AGORA_SANDBOX a process started with, or None when unreadable."""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    for entry in data.split(b"\x00"):
-        if entry.startswith(_SANDBOX_VAR):
-            return os.fsdecode(entry[len(_SANDBOX_VAR) :]).rstrip(os.sep)
-    return None
