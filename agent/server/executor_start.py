@@ -173,9 +173,7 @@ def start_executor(
                 )
     except LaunchError:
         raise
-    except (OSError, ValueError, subprocess.SubprocessError) as exc:
-        raise LaunchError(f"cannot start executor {argv[0] if argv else ''!r}: {exc}") from exc
-    except Exception as exc:  # the container launcher's own error
+    except Exception as exc:  # OSError, ValueError, SubprocessError, a starter's own error
         raise LaunchError(f"cannot start executor {argv[0] if argv else ''!r}: {exc}") from exc
     if popen is not None:
         pid = popen.pid
