@@ -25,7 +25,7 @@ from agora.agent.containers.cgroups import Cgroup, CgroupError, Cgroups, Limits,
 from agora.agent.containers.forkserver import ForkServer
 from agora.agent.containers.isolation import ContainerConfig
 from agora.agent.containers.launch import Bind, ContainerSpec, LaunchError, spawn
-from agora.sdk.images import ImageStore
+from agora.sdk.daemon.images import ImageStore
 from agora.sdk.messages import ContainerInfo, Reason
 from agora.sdk.resources import Resources
 from agora.sdk.runtime import runtime_paths

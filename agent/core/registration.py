@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 
 from agora.agent.core.state import AgentState
-from agora.sdk.batching import FEATURES
 from agora.sdk.messages import (
     AgentRegistered,
     AgentReregistered,
@@ -24,6 +23,7 @@ from agora.sdk.messages import (
     RegisterAgent,
     ReregisterAgent,
 )
+from agora.sdk.messages.batching import FEATURES
 
 __all__ = [
     "lost_master",

@@ -15,11 +15,8 @@ from agora.agent.containers.isolation import ISOLATORS, parse_isolation
 from agora.agent.core import AgentConfig
 from agora.agent.core.run_as import TaskUsers
 from agora.agent.server.resources import host_resources, parse_attributes
-from agora.sdk.discovery import parse_masters
-from agora.sdk.http_auth import HttpCredentials, load_http_credentials
-from agora.sdk.logs import LOG_FORMATS, LOG_LEVELS
-from agora.sdk.resources import Resources
-from agora.sdk.settings import (
+from agora.sdk.daemon.http_auth import HttpCredentials, load_http_credentials
+from agora.sdk.daemon.settings import (
     Option,
     parse_bool,
     parse_choice,
@@ -28,6 +25,9 @@ from agora.sdk.settings import (
     parse_port,
     parse_positive_duration,
 )
+from agora.sdk.discovery import parse_masters
+from agora.sdk.logs import LOG_FORMATS, LOG_LEVELS
+from agora.sdk.resources import Resources
 
 __all__ = [
     "DESCRIPTION",

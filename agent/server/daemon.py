@@ -67,8 +67,8 @@ from agora.agent.server.startup import (
     open_executor_socket,
     port_of,
 )
+from agora.sdk.daemon.history import History
 from agora.sdk.discovery import parse_masters
-from agora.sdk.history import History
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID
 from agora.sdk.messages import ContainerUsage, UnregisterAgent
 from agora.sdk.transport import CurveClient, MasterLink, TransportClosed, ZmqServer

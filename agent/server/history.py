@@ -1,4 +1,5 @@
-"""What an agent writes to the fault suite's history (``--history``; see ``agora.sdk.history``).
+"""What an agent writes to the fault suite's history (``--history``; see
+``agora.sdk.daemon.history``).
 
 Only what the checker needs: the highest master epoch as it rises, each task it accepts to run
 (with the epoch of the master that asked), each status update it sends (by uuid), each task's end
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from agora.agent.core.state import Task
-from agora.sdk.history import History
+from agora.sdk.daemon.history import History
 from agora.sdk.ids import FrameworkID, TaskID
 from agora.sdk.messages import (
     AgentRegistered,

@@ -43,9 +43,9 @@ from agora.agent.server.http_auth import (
 )
 from agora.agent.server.metrics import AgentCounters, make_registry
 from agora.agent.server.sandbox_gc import find_collected
-from agora.sdk.httpd import HttpError, json_errors
+from agora.sdk.daemon.httpd import HttpError, json_errors
+from agora.sdk.daemon.ratelimit import KeyedLogLimiter
 from agora.sdk.ids import FrameworkID, id_problem
-from agora.sdk.ratelimit import KeyedLogLimiter
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 

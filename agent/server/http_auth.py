@@ -1,6 +1,7 @@
 """Who may use the agent HTTP API: everything but ``/health`` needs ``Authorization: Bearer
-TOKEN`` with a token from ``--http-credentials FILE`` (see :mod:`agora.sdk.http_auth`), unless the
-agent runs ``--insecure-http``. With neither, every other endpoint answers 401.
+TOKEN`` with a token from ``--http-credentials FILE`` (see
+:mod:`agora.sdk.daemon.http_auth`), unless the agent runs ``--insecure-http``. With neither,
+every other endpoint answers 401.
 
 A request with an ``Origin`` header (a web page's) is refused with 403. Any known token may read
 ``/state`` and ``/metrics``; a task's files only the principal of the task's framework (as its
@@ -16,8 +17,8 @@ from dataclasses import dataclass
 from typing import Final
 
 import structlog
-from agora.sdk.http_auth import HttpCredentials, bearer_principal
-from agora.sdk.ratelimit import KeyedLogLimiter
+from agora.sdk.daemon.http_auth import HttpCredentials, bearer_principal
+from agora.sdk.daemon.ratelimit import KeyedLogLimiter
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 

@@ -15,7 +15,7 @@ from agora.agent.server.config import DaemonSettings
 from agora.agent.server.http import make_app
 from agora.agent.server.http_auth import HttpAuth
 from agora.agent.server.metrics import AgentCounters
-from agora.sdk.httpd import start_http
+from agora.sdk.daemon.httpd import start_http
 from aiohttp import web
 
 __all__ = ["serve_http"]

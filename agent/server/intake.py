@@ -17,9 +17,9 @@ import structlog
 from agora.agent.core import Agent
 from agora.agent.server.history import AgentHistory
 from agora.agent.server.outbox import AgentOutbox
-from agora.sdk.batching import BATCHES, unbatch
+from agora.sdk.daemon.ratelimit import KeyedLogLimiter
 from agora.sdk.messages import AgentRegistered, AgentReregistered, Error, KillTask
-from agora.sdk.ratelimit import KeyedLogLimiter
+from agora.sdk.messages.batching import BATCHES, unbatch
 from agora.sdk.transport import Received
 
 __all__ = ["Feed", "Intake"]

@@ -9,8 +9,8 @@ from collections.abc import Mapping, Sequence
 import structlog
 from agora.agent.server.config import DESCRIPTION, OPTIONS, PROG, ConfigError, build
 from agora.agent.server.daemon import AgentDaemon
+from agora.sdk.daemon.settings import load
 from agora.sdk.logs import configure_logging
-from agora.sdk.settings import load
 from agora.sdk.transport import CurveClient
 
 __all__ = ["main", "run"]

@@ -3,8 +3,9 @@
 The daemon queues what the core said (``None`` for the master, else an executor's peer id) and a
 single task, :meth:`AgentOutbox.run`, drains the queue: it is the only writer of both sockets. When
 the master said it reads batches (STATUS_UPDATES) and several messages are waiting, the status
-updates among them reach the master as one message (:func:`agora.sdk.batching.coalesce`). A send
-that fails is logged and the next goes on; a closed transport ends the sender.
+updates among them reach the master as one message
+(:func:`agora.sdk.messages.batching.coalesce`). A send that fails is logged and the next goes
+on; a closed transport ends the sender.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from collections import deque
 from typing import Final
 
 import structlog
-from agora.sdk.batching import coalesce
 from agora.sdk.messages import Message
+from agora.sdk.messages.batching import coalesce
 from agora.sdk.transport import MasterLink, TransportClosed, ZmqServer
 
 __all__ = ["AgentOutbox"]

@@ -28,9 +28,9 @@ from agora.agent.server.history import AgentHistory
 from agora.agent.server.launcher import ExecutorLauncher
 from agora.agent.server.outbox import AgentOutbox
 from agora.agent.server.processes import ExecutorProcesses
+from agora.sdk.daemon.ratelimit import KeyedLogLimiter
 from agora.sdk.ids import ExecutorID, FrameworkID
 from agora.sdk.messages import ContainerUsage, KillTask, Pong, Reason, StatusUpdateMessage
-from agora.sdk.ratelimit import KeyedLogLimiter
 
 __all__ = ["ActionPerformer", "LaunchFailure"]
 

@@ -24,7 +24,7 @@ from agora.agent.server.config import DaemonSettings
 from agora.agent.server.containment import AgentContainment
 from agora.agent.server.executor_socket import bind_executor_socket, socket_dir, socket_modes
 from agora.agent.server.gpu_assign import GpuAssignments
-from agora.sdk.images import ImageStore
+from agora.sdk.daemon.images import ImageStore
 from agora.sdk.transport import ZmqServer
 
 __all__ = ["advertised_endpoint", "make_containment", "open_executor_socket", "port_of"]

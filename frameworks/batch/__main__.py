@@ -33,8 +33,8 @@ from agora.frameworks.batch.core import BatchCore, CoreConfig
 from agora.frameworks.batch.fairshare import FairShare
 from agora.frameworks.batch.service import BatchService
 from agora.frameworks.batch.store import JobStore, StoreError
+from agora.sdk.daemon.httpd import start_http
 from agora.sdk.discovery import agora_home, master_address
-from agora.sdk.httpd import start_http
 from agora.sdk.ids import FrameworkID
 from agora.sdk.logs import configure_logging
 from agora.sdk.messages import ErrorCode, FrameworkInfo

@@ -24,10 +24,10 @@ from agora.frameworks.batch.placement import task_resources
 from agora.frameworks.batch.records import JobRecord, TaskState
 from agora.frameworks.batch.service import BatchService
 from agora.frameworks.batch.spec import JobSpec, SpecError
-from agora.sdk.httpd import HttpError, json_errors
+from agora.sdk.daemon.httpd import HttpError, json_errors
+from agora.sdk.daemon.ratelimit import KeyedLogLimiter
 from agora.sdk.messages import AgentSummary
 from agora.sdk.operator import OperatorClient
-from agora.sdk.ratelimit import KeyedLogLimiter
 from agora.sdk.scheduler.spec import fit_resources
 from aiohttp import web
 

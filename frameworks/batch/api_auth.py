@@ -3,7 +3,7 @@
 The same API is served on two listeners. On the Unix socket the caller is the peer the kernel
 names (SO_PEERCRED: its uid, then its login from the password database); nothing else is asked.
 On TCP every path but ``/health`` needs ``Authorization: Bearer TOKEN`` with a token from
-``--http-credentials`` (see :mod:`agora.sdk.http_auth`), unless the service runs
+``--http-credentials`` (see :mod:`agora.sdk.daemon.http_auth`), unless the service runs
 ``--insecure-http``; with neither, TCP serves only ``/health``. A request from a web page
 (an ``Origin`` header) is refused on TCP. The identified caller
 (:class:`~agora.frameworks.batch.access.Caller`) is stored in the request under :data:`CALLER`;
@@ -26,8 +26,8 @@ from typing import Any, Final
 
 import structlog
 from agora.frameworks.batch.access import Caller
-from agora.sdk.http_auth import HttpCredentials, bearer_principal
-from agora.sdk.ratelimit import KeyedLogLimiter
+from agora.sdk.daemon.http_auth import HttpCredentials, bearer_principal
+from agora.sdk.daemon.ratelimit import KeyedLogLimiter
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 

@@ -8,16 +8,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agora.sdk.discovery import agora_home, parse_masters
-from agora.sdk.http_auth import HttpCredentials, load_http_credentials
-from agora.sdk.logs import LOG_FORMATS, LOG_LEVELS
-from agora.sdk.settings import (
+from agora.sdk.daemon.http_auth import HttpCredentials, load_http_credentials
+from agora.sdk.daemon.settings import (
     Option,
     load,
     parse_choice,
     parse_port,
     parse_positive_duration,
 )
+from agora.sdk.discovery import agora_home, parse_masters
+from agora.sdk.logs import LOG_FORMATS, LOG_LEVELS
 
 __all__ = ["OPTIONS", "ServiceSettings", "load_settings"]
 

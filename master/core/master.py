@@ -28,7 +28,6 @@ from agora.master.core.config import MasterConfig
 from agora.master.core.prompt import prompt_allocation
 from agora.master.core.state import Agent, AgentStatus, Framework, MasterState
 from agora.master.registry import Registry
-from agora.sdk.batching import unbatch
 from agora.sdk.messages import (
     OPERATOR_CALLS,
     Accept,
@@ -56,6 +55,7 @@ from agora.sdk.messages import (
     Teardown,
     UnregisterAgent,
 )
+from agora.sdk.messages.batching import unbatch
 
 __all__ = ["Master"]
 

@@ -16,7 +16,6 @@ from agora.master.allocator import Allocator
 from agora.master.core.actions import Action, Notice, Peer, Propose, Send
 from agora.master.core.config import MasterConfig
 from agora.master.registry import Operation, Registry
-from agora.sdk.batching import FEATURES
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, GangID, OfferID, TaskID
 from agora.sdk.messages import (
     AgentInfo,
@@ -32,6 +31,7 @@ from agora.sdk.messages import (
     TaskState,
     TaskStatus,
 )
+from agora.sdk.messages.batching import FEATURES
 from agora.sdk.resources import Resources
 
 __all__ = [

@@ -4,7 +4,7 @@ The daemon hands each ``Send`` to :meth:`Batcher.hold`. An UPDATE or STATUS_UPDA
 peer that announced the "batches" feature is held; anything else goes at once, after whatever is
 held for its peer (order per peer is kept). At the end of a burst of handled messages the daemon
 sends what :meth:`Batcher.release` gives: each peer's held messages merged into as few batch
-messages as ``agora.sdk.batching.coalesce`` makes. No I/O here.
+messages as ``agora.sdk.messages.batching.coalesce`` makes. No I/O here.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Final
 
 from agora.master.core import Send
-from agora.sdk.batching import BATCHES, coalesce
 from agora.sdk.messages import (
     Message,
     RegisterAgent,
@@ -21,6 +20,7 @@ from agora.sdk.messages import (
     Subscribe,
     Update,
 )
+from agora.sdk.messages.batching import BATCHES, coalesce
 
 __all__ = ["Batcher"]
 

@@ -3,7 +3,7 @@
 Every option is a flag (``--allocation-interval 0.5``), an environment variable
 (``AGORA_ALLOCATION_INTERVAL=0.5``) and a key of the TOML file named by ``--config`` /
 ``AGORA_CONFIG`` (``allocation_interval = 0.5``), in that order of precedence
-(see :mod:`agora.sdk.settings`).
+(see :mod:`agora.sdk.daemon.settings`).
 
 Role options:
 
@@ -31,10 +31,7 @@ from typing import Any, Final
 
 from agora.master.allocator import Allocator, AllocatorError
 from agora.master.core import MasterConfig
-from agora.sdk.discovery import parse_masters
-from agora.sdk.logs import LOG_FORMATS, LOG_LEVELS
-from agora.sdk.resources import ResourceError, Resources
-from agora.sdk.settings import (
+from agora.sdk.daemon.settings import (
     Option,
     load,
     parse_bool,
@@ -44,6 +41,9 @@ from agora.sdk.settings import (
     parse_optional_float,
     parse_port,
 )
+from agora.sdk.discovery import parse_masters
+from agora.sdk.logs import LOG_FORMATS, LOG_LEVELS
+from agora.sdk.resources import ResourceError, Resources
 
 __all__ = [
     "OPTIONS",

@@ -38,8 +38,9 @@ from agora.master.server.local_calls import LOCAL_PEER, LocalCalls, NotActing
 from agora.master.server.outbox import Outbox
 from agora.master.server.peers import PeerTable
 from agora.master.server.stats import BAD_FRAME_TOP_PEERS, DaemonStats
+from agora.sdk.daemon.history import History
+from agora.sdk.daemon.ratelimit import KeyedLogLimiter
 from agora.sdk.errors import ProtocolError
-from agora.sdk.history import History
 from agora.sdk.ids import new_kill_id
 from agora.sdk.messages import (
     AppendEntries,
@@ -56,7 +57,6 @@ from agora.sdk.messages import (
     VoteReply,
     VoteRequest,
 )
-from agora.sdk.ratelimit import KeyedLogLimiter
 from agora.sdk.transport import Acl, Received, Server
 from msgspec.structs import replace
 

@@ -14,8 +14,8 @@ from collections.abc import Collection
 import structlog
 from agora.master.core import Send
 from agora.master.server.access import authorize
+from agora.sdk.daemon.ratelimit import KeyedLogLimiter
 from agora.sdk.messages import Error, ErrorCode, Message
-from agora.sdk.ratelimit import KeyedLogLimiter
 from agora.sdk.transport import Acl
 
 __all__ = ["Gate", "error_to"]

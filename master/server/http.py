@@ -26,8 +26,8 @@ from agora.master.server.http_access import HttpAccess, access_middleware
 from agora.master.server.http_calls import MAX_BODY, Operator, add_routes
 from agora.master.server.metrics import DaemonStats, count, make_registry
 from agora.master.server.state_doc import StateDocument
-from agora.sdk.httpd import json_errors
-from agora.sdk.httpd import start_http as listen
+from agora.sdk.daemon.httpd import json_errors
+from agora.sdk.daemon.httpd import start_http as listen
 from agora.sdk.messages import (
     MasterMember,
 )

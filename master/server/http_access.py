@@ -1,9 +1,9 @@
 """Who may use the master's operator HTTP API, and where a standby may send them.
 
 Everything but ``GET /health`` needs ``Authorization: Bearer TOKEN`` with a token from
-``--http-credentials FILE`` (see :mod:`agora.sdk.http_auth`); the request is then made as that
-token's principal, which the ACL checks like a CURVE principal (operator calls), while any known
-token may read ``/state``, ``/state/summary`` and ``/metrics``. A master without credentials
+``--http-credentials FILE`` (see :mod:`agora.sdk.daemon.http_auth`); the request is then made as
+that token's principal, which the ACL checks like a CURVE principal (operator calls), while any
+known token may read ``/state``, ``/state/summary`` and ``/metrics``. A master without credentials
 serves nothing but ``/health`` when CURVE is on (a token-less HTTP API would bypass the
 authenticated socket); only a master started ``--insecure`` (no CURVE, no credentials) serves
 anonymous requests.
@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import Final
 
 import structlog
-from agora.sdk.http_auth import bearer_principal
-from agora.sdk.ratelimit import KeyedLogLimiter
+from agora.sdk.daemon.http_auth import bearer_principal
+from agora.sdk.daemon.ratelimit import KeyedLogLimiter
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 

@@ -33,8 +33,8 @@ from typing import Any, Final
 from agora.master.server.daemon import NotActing
 from agora.master.server.http_access import PRINCIPAL, HttpAccess, Refused
 from agora.sdk.codec import encode
+from agora.sdk.daemon.http_auth import load_credentials
 from agora.sdk.errors import ProtocolError
-from agora.sdk.http_auth import load_credentials
 from agora.sdk.ids import AgentID, FrameworkID, TaskID
 from agora.sdk.messages import (
     DrainAgent,

@@ -12,7 +12,7 @@ import collections
 from typing import Final
 
 from agora.master.server.stats import DaemonStats
-from agora.sdk.batching import unbatch
+from agora.sdk.messages.batching import unbatch
 from agora.sdk.transport import Received
 
 __all__ = ["MAX_BACKLOG", "MAX_HELD", "Inbox"]

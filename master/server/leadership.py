@@ -23,8 +23,8 @@ from agora.master.election.node import ElectionNode, NotLeader
 from agora.master.election.storage import RaftStorage
 from agora.master.election.types import RaftConfig, Role
 from agora.master.registry import Operation, Registry, decode_operation, encode_operation
+from agora.sdk.daemon.history import History
 from agora.sdk.errors import ProtocolError
-from agora.sdk.history import History
 from agora.sdk.messages import LeaderInfo, LogEntry, MasterMember, Message
 from agora.sdk.transport import CurveClient
 

@@ -21,8 +21,8 @@ from agora.master.server.event_log import log_event
 from agora.master.server.leadership import Leadership
 from agora.master.server.local_calls import LOCAL_PEER
 from agora.master.server.stats import DaemonStats
+from agora.sdk.daemon.history import History
 from agora.sdk.errors import ProtocolError
-from agora.sdk.history import History
 from agora.sdk.messages import KillTask, Message, Offers, RunTask, RunTaskGroup, StateReply
 from agora.sdk.transport import Server
 from msgspec.structs import replace

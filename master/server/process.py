@@ -26,7 +26,7 @@ from agora.master.election.types import RaftConfig
 from agora.master.server.config import DaemonSettings
 from agora.master.server.daemon import MasterDaemon
 from agora.master.server.leadership import Leadership
-from agora.sdk.history import History
+from agora.sdk.daemon.history import History
 from agora.sdk.transport import Acl, CurveClient, CurveServer, ZmqServer
 
 if TYPE_CHECKING:

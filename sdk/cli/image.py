@@ -1,7 +1,7 @@
 """``agora image import|list|rm``: the root filesystems in this machine's image store.
 
-The store (``agora.sdk.images``, shared with the agent that runs the images) is imported inside
-the commands, never when the CLI starts, to keep the CLI's start-up fast.
+The store (``agora.sdk.daemon.images``, shared with the agent that runs the images) is imported
+inside the commands, never when the CLI starts, to keep the CLI's start-up fast.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from agora.sdk.cli.common import CliError
 
 if TYPE_CHECKING:
-    from agora.sdk.images import ImageRecord, ImageStore
+    from agora.sdk.daemon.images import ImageRecord, ImageStore
 
 __all__ = ["add_parser", "cmd_import", "cmd_list", "cmd_rm"]
 
@@ -68,7 +68,7 @@ def _add_store(parser: argparse.ArgumentParser) -> None:
 
 
 def _store(args: argparse.Namespace) -> ImageStore:
-    from agora.sdk.images import ImageStore, default_image_store
+    from agora.sdk.daemon.images import ImageStore, default_image_store
 
     return ImageStore(args.store or default_image_store())
 
@@ -87,7 +87,7 @@ def _size(size: int) -> str:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from agora.sdk.images import ImageError, image_name_problem
+    from agora.sdk.daemon.images import ImageError, image_name_problem
 
     if (problem := image_name_problem(args.name)) is not None:
         raise CliError(problem, 2)
@@ -131,7 +131,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_rm(args: argparse.Namespace) -> int:
-    from agora.sdk.images import ImageError, image_name_problem
+    from agora.sdk.daemon.images import ImageError, image_name_problem
 
     if (problem := image_name_problem(args.name)) is not None:
         raise CliError(problem, 2)

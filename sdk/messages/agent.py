@@ -49,7 +49,7 @@ class RegisterAgent(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "REGISTER_AGENT"
     agent_info: AgentInfo
     version: ShortStr = ""
-    #: What this agent understands beyond the base protocol (see ``agora.sdk.batching``).
+    #: What this agent understands beyond the base protocol (see ``agora.sdk.messages.batching``).
     features: Features = ()
 
 

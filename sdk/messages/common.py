@@ -52,8 +52,8 @@ __all__ = [
 _MAX_GANG = 10_000
 
 
-#: Optional protocol features a peer says it understands (see ``agora.sdk.batching``); names it
-#: does not know are ignored, so neighbouring versions agree on what both have.
+#: Optional protocol features a peer says it understands (see ``agora.sdk.messages.batching``);
+#: names it does not know are ignored, so neighbouring versions agree on what both have.
 Features = Annotated[tuple[ShortStr, ...], MaxItems(32)]
 #: Most items one batch message (UPDATES, ACKNOWLEDGEMENTS, STATUS_UPDATES, STATUS_UPDATE_ACKS)
 #: carries.

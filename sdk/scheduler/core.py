@@ -15,7 +15,6 @@ import enum
 from collections import deque
 from collections.abc import Iterable, Sequence
 
-from agora.sdk.batching import BATCHES, FEATURES, coalesce
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, OfferID, TaskID
 from agora.sdk.messages import (
     Accept,
@@ -47,6 +46,7 @@ from agora.sdk.messages import (
     TaskInfo,
     TaskStatus,
 )
+from agora.sdk.messages.batching import BATCHES, FEATURES, coalesce
 from agora.sdk.messages.common import MAX_BATCH_ITEMS
 from agora.sdk.scheduler._guard import checked
 from agora.sdk.scheduler.calls import OfferRef, Offers_

@@ -302,7 +302,7 @@ def _run_mode_in(mode: str, args: argparse.Namespace, work: Path) -> dict[str, o
     agent_args = ["--isolation", MODES[mode]]
     image = None
     if mode == "rootfs":
-        from agora.sdk.images import ImageStore
+        from agora.sdk.daemon.images import ImageStore
         from support.busybox import busybox_rootfs
 
         if not os.path.exists("/bin/busybox"):

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import structlog
-from agora.sdk.history import History
+from agora.sdk.daemon.history import History
 
 log = structlog.get_logger(__name__)
 

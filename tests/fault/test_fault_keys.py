@@ -11,8 +11,8 @@ from agora.agent.server.config import OPTIONS as AGENT_OPTIONS
 from agora.agent.server.config import PROG as AGENT_PROG
 from agora.agent.server.config import build as build_agent
 from agora.master.server.config import load_settings as master_settings
-from agora.sdk.http_auth import load_http_credentials
-from agora.sdk.settings import load
+from agora.sdk.daemon.http_auth import load_http_credentials
+from agora.sdk.daemon.settings import load
 from agora.sdk.transport import Acl, CurveServer
 from fault.fault_cluster import AGENTS, CLIENTS
 from fault.fault_keys import OPERATOR_KEY, FaultKeys

@@ -22,7 +22,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from agora.sdk.history import History
+from agora.sdk.daemon.history import History
 from fault.fault_cluster import AGENT_HOSTS, AGENTS, FRAMEWORK_HOST, MASTER_HOSTS, FaultCluster
 from fault.nemesis import Nemesis, Step, plan
 from support.history_checker import check, load

@@ -8,7 +8,7 @@ acknowledges every update itself (implicit acknowledgements off, so ``ack`` is r
 acknowledgement is really made), and reconciles its unfinished tasks now and then, so a launch
 lost in a failover comes back as an update.
 
-It writes to the history (kinds of :mod:`agora.sdk.history`, plus ``registered`` and
+It writes to the history (kinds of :mod:`agora.sdk.daemon.history`, plus ``registered`` and
 ``teardown``): ``registered`` (framework id, name, epoch) on every SUBSCRIBED; ``offer`` (epoch of
 the master that sent it) per batch; ``received`` per update (uuid null for reconciliation
 answers); ``ack`` right after ``driver.acknowledge``; ``teardown`` before tearing itself down.
@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from agora.sdk.history import History
+from agora.sdk.daemon.history import History
 from agora.sdk.messages import FrameworkInfo, MasterInfo, Offer, TaskStatus, is_terminal
 from agora.sdk.resources import Resources
 from agora.sdk.scheduler import BlockingSchedulerDriver, DriverError, Scheduler, TaskSpec

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agora.sdk.batching import BATCHES, unbatch
 from agora.sdk.messages import (
     AgentRegistered,
     AgentReregistered,
@@ -21,6 +20,7 @@ from agora.sdk.messages import (
     TaskState,
     TaskStatus,
 )
+from agora.sdk.messages.batching import BATCHES, unbatch
 from support.agent_daemon_kit import AGENT_ID, EPOCH, FID, FakeMaster, run, scenario
 
 TASKS = ("t1", "t2", "t3")

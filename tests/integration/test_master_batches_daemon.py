@@ -7,7 +7,6 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-from agora.sdk.batching import BATCHES, unbatch
 from agora.sdk.ids import AgentID, FrameworkID, TaskID
 from agora.sdk.messages import (
     Accept,
@@ -28,6 +27,7 @@ from agora.sdk.messages import (
     TaskStatus,
     Update,
 )
+from agora.sdk.messages.batching import BATCHES, unbatch
 from agora.sdk.transport import ZmqClient
 from msgspec.structs import replace
 from support.master_kit import task_info

@@ -18,7 +18,7 @@ import pytest
 from agora.agent.containers.cgroups import Cgroups
 from agora.agent.containers.containerizer import container_name
 from agora.agent.containers.isolation import CONTAINER_CONFIG_ENV, ISOLATORS, ContainerConfig
-from agora.sdk.images import ImageStore
+from agora.sdk.daemon.images import ImageStore
 from agora.sdk.messages import (
     ContainerInfo,
     HealthCheck,

@@ -1,5 +1,5 @@
 """The fault suite's checker: reads the JSONL histories Agora processes write
-(schema in :mod:`agora.sdk.history`) and reports every breach of the HA invariants I1-I8
+(schema in :mod:`agora.sdk.daemon.history`) and reports every breach of the HA invariants I1-I8
 (one check function each, below).
 
 Pure except :func:`load`. Times in messages are seconds since the history's first event

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from agora.agent.core.state import Task
 from agora.agent.server.history import AgentHistory
-from agora.sdk.history import History
+from agora.sdk.daemon.history import History
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, TaskID
 from agora.sdk.messages import TaskInfo, TaskState
 from agora.sdk.resources import Resources

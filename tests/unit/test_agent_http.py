@@ -154,7 +154,7 @@ def served(work: Path) -> Iterator[str]:
     """A real listening server (start_http), for one plain urllib request."""
     import threading
 
-    from agora.sdk.httpd import start_http
+    from agora.sdk.daemon.httpd import start_http
 
     loop = asyncio.new_event_loop()
     started: dict[str, Any] = {}
@@ -191,7 +191,7 @@ def test_start_http_serves_on_a_free_port(served: str) -> None:
 
 def _settings(tmp_path: Path, *argv: str) -> Any:
     from agora.agent.server.config import OPTIONS, PROG, build
-    from agora.sdk.settings import load
+    from agora.sdk.daemon.settings import load
 
     values = load(PROG, "", OPTIONS, ["--work-dir", str(tmp_path), "--insecure", *argv], {})
     return build(values)[1]

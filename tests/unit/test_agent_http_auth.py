@@ -11,13 +11,13 @@ import pytest
 from agora.agent.core import Agent
 from agora.agent.server.http import make_app, sandbox_owner
 from agora.agent.server.http_auth import HttpAuth, may_read_files
-from agora.sdk.discovery import http_token
-from agora.sdk.http_auth import (
+from agora.sdk.daemon.http_auth import (
     HttpCredentials,
     bearer_principal,
     load_credentials,
     load_http_credentials,
 )
+from agora.sdk.discovery import http_token
 from aiohttp.test_utils import TestClient, TestServer
 from msgspec.structs import replace
 from support.agent_kit import FID, AgentHarness

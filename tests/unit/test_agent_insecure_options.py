@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from agora.agent.server.config import OPTIONS, PROG, ConfigError, DaemonSettings, build
 from agora.agent.server.main import run
-from agora.sdk.settings import load
+from agora.sdk.daemon.settings import load
 from agora.sdk.transport import generate_keypair
 
 TOKEN = "ops-token-0123456789"

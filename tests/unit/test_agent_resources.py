@@ -11,10 +11,10 @@ from agora.agent.server import resources as res
 from agora.agent.server.config import OPTIONS, PROG, ConfigError, build, option_env_names
 from agora.agent.server.daemon import advertised_endpoint
 from agora.agent.server.processes import LaunchError, executor_argv, resolve_sandbox
+from agora.sdk.daemon.settings import load
 from agora.sdk.ids import ExecutorID, FrameworkID
 from agora.sdk.messages import CommandInfo, ExecutorInfo
 from agora.sdk.resources import Resources
-from agora.sdk.settings import load
 
 
 def _meminfo(tmp_path: Path, total_kib: int) -> str:

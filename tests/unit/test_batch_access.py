@@ -21,7 +21,7 @@ from agora.frameworks.batch.service import BatchService
 from agora.frameworks.batch.spec import JobSpec
 from agora.frameworks.batch.store import SCHEMA_VERSION, JobStore
 from agora.sdk.cli.common import CliError
-from agora.sdk.http_auth import HttpCredentials
+from agora.sdk.daemon.http_auth import HttpCredentials
 from agora.sdk.ids import AgentID, FrameworkID, OfferID
 from agora.sdk.messages import Offer
 from agora.sdk.resources import Resources

@@ -11,7 +11,6 @@ import pytest
 from agora.master.core import Send
 from agora.master.server.batches import Batcher
 from agora.sdk import codec
-from agora.sdk.batching import BATCHES, MAX_ITEM_BYTES, coalesce, unbatch
 from agora.sdk.errors import ProtocolError
 from agora.sdk.ids import AgentID, FrameworkID, TaskID
 from agora.sdk.messages import (
@@ -35,6 +34,7 @@ from agora.sdk.messages import (
     Update,
     Updates,
 )
+from agora.sdk.messages.batching import BATCHES, MAX_ITEM_BYTES, coalesce, unbatch
 from agora.sdk.messages.common import MAX_BATCH_ITEMS
 from agora.sdk.resources import Resources
 from support.master_kit import Harness, offers_in

@@ -15,8 +15,8 @@ from typing import Any
 import msgpack
 import msgspec
 from agora.sdk import codec
-from agora.sdk._codec_fast import ENVELOPE, body_decoder
-from agora.sdk._codec_fast_enc import record_encoder
+from agora.sdk.codec._fast import ENVELOPE, body_decoder
+from agora.sdk.codec._fast_enc import record_encoder
 from agora.sdk.errors import ProtocolError
 from agora.sdk.ids import AgentID, FrameworkID, OfferID
 from agora.sdk.messages import MESSAGE_TYPES, Message, Offer, Offers, TaskState

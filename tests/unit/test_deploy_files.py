@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from agora.agent.server import config as agent_config
 from agora.master.server import config as master_config
+from agora.sdk.daemon.settings import load
 from agora.sdk.discovery import parse_masters
-from agora.sdk.settings import load
 from agora.sdk.transport import Acl, generate_keypair
 
 ROOT = Path(__file__).resolve().parents[2]

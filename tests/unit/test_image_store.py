@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from agora.sdk.cli.main import main as cli_main
-from agora.sdk.images import (
+from agora.sdk.daemon.images import (
     ImageError,
     ImageStore,
     default_image_store,

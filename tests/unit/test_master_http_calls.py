@@ -19,7 +19,7 @@ from agora.master.server.http import make_app
 from agora.master.server.http_calls import MAX_BODY, Operator, load_credentials
 from agora.master.server.metrics import DaemonStats
 from agora.master.server.process import _advertised_http
-from agora.sdk.httpd import start_http
+from agora.sdk.daemon.httpd import start_http
 from agora.sdk.messages import (
     DrainAgent,
     Error,

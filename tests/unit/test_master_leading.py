@@ -22,7 +22,7 @@ from agora.master.server.daemon import MasterDaemon
 from agora.master.server.http import make_app
 from agora.master.server.http_access import OPEN
 from agora.master.server.leadership import Leadership
-from agora.sdk.history import History
+from agora.sdk.daemon.history import History
 from agora.sdk.messages import AppendReply, VoteReply
 from agora.sdk.transport import InprocHub
 from aiohttp.test_utils import TestClient, TestServer

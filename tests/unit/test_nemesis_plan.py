@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agora.sdk.history import History
+from agora.sdk.daemon.history import History
 from fault.nemesis import KINDS, Fault, Nemesis, Step, plan, schedule
 from support.polling import wait_for
 

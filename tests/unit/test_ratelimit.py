@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from agora.sdk.ratelimit import KeyedLogLimiter, Suppressed
+from agora.sdk.daemon.ratelimit import KeyedLogLimiter, Suppressed
 
 
 def test_a_burst_is_allowed_then_suppressed_then_refilled() -> None:

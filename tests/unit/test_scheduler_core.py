@@ -7,7 +7,6 @@ import uuid
 
 import pytest
 from agora.sdk import TaskSpec
-from agora.sdk.batching import BATCHES
 from agora.sdk.ids import AgentID, FrameworkID, OfferID, TaskID
 from agora.sdk.messages import (
     Accept,
@@ -28,6 +27,7 @@ from agora.sdk.messages import (
     TaskState,
     TaskStatus,
 )
+from agora.sdk.messages.batching import BATCHES
 from agora.sdk.resources import Resources
 from agora.sdk.scheduler.core import ErrorVerdict, SchedulerCore
 

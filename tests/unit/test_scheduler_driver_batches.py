@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from agora.sdk.batching import BATCHES
 from agora.sdk.messages import (
     Acknowledge,
     Acknowledgements,
@@ -18,6 +17,7 @@ from agora.sdk.messages import (
     TaskStatus,
     Updates,
 )
+from agora.sdk.messages.batching import BATCHES
 from support.fake_master import FakeAgent, FakeMaster, eventually
 from test_scheduler_driver import Recorder, run, subscribed
 

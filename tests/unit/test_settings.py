@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from agora.sdk.settings import Option, load, parse_duration, parse_optional_float
+from agora.sdk.daemon.settings import Option, load, parse_duration, parse_optional_float
 
 OPTIONS = [
     Option("allocation_interval", parse_duration, 1.0, "seconds between allocation runs"),

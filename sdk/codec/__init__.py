@@ -9,12 +9,12 @@ Encoders and decoders are compiled per class, on its first use, from the record 
 directions check types and bounds; :func:`decode` raises only :class:`ProtocolError`, whose message
 names the dotted path of the bad value ("SUBSCRIBE.framework_info.roles[2]: expected str, got int").
 
-A frame is decoded by msgspec, in C, straight into the records (:mod:`agora.sdk._codec_fast`, the
+A frame is decoded by msgspec, in C, straight into the records (:mod:`agora.sdk.codec._fast`, the
 same schemas as ``msgspec.Meta`` bounds); one msgspec rejects is decoded again by the Python
-converters (:mod:`agora.sdk._codec_ref`, the reference), which name what is wrong. Those run on
+converters (:mod:`agora.sdk.codec._ref`, the reference), which name what is wrong. Those run on
 msgpack (tuples for arrays, its length limits against hostile headers): the only use of msgpack
 left. Encoding likewise runs a
-function generated per record class (:mod:`agora.sdk._codec_fast_enc`: checks and map built inline)
+function generated per record class (:mod:`agora.sdk.codec._fast_enc`: checks and map built inline)
 and, when that one is unsure, the Python converters, which name a caller's bad field; msgspec packs.
 
 Decoding ignores fields a record does not know, and every field added to a record after its first
@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 import msgpack
-from agora.sdk._codec_fast import ENVELOPE, PACK, body_decoder
-from agora.sdk._codec_fast_enc import record_encoder
-from agora.sdk._codec_ref import (
+from agora.sdk.codec._fast import ENVELOPE, PACK, body_decoder
+from agora.sdk.codec._fast_enc import record_encoder
+from agora.sdk.codec._ref import (
     Conv,
     _Bad,
     _clip,
