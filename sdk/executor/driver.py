@@ -60,7 +60,7 @@ from agora.sdk.messages import (  # noqa: E402
     StatusUpdate,
     TaskStatus,
 )
-from agora.sdk.transport import Received, TransportClosed, ZmqClient  # noqa: E402
+from agora.sdk.transport import Client, Dial, Received, TransportClosed, ZmqClient  # noqa: E402
 from tenacity import AsyncRetrying, retry_if_result, wait_exponential_jitter  # noqa: E402
 
 __all__ = [
@@ -85,15 +85,26 @@ class ExecutorDriver:
     """Runs an :class:`Executor` against the agent named by the environment (asyncio).
 
     ``environ`` defaults to ``os.environ``; a missing or bad AGORA_* variable raises ValueError.
+    ``dial`` makes the link to the agent instead of a ZeroMQ DEALER (for an agent in the same
+    process, the in-process transport's ``lambda e, up, down: hub.client(name, on_connected=up,
+    on_disconnected=down)``); it is called once, from :meth:`run`.
+
     The calls (``send_status_update``, ``send_framework_message``, ``stop``) are plain methods
     that queue work for the driver's loop; call them from that loop (e.g. from callbacks).
     """
 
-    def __init__(self, executor: Executor, *, environ: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        executor: Executor,
+        *,
+        environ: Mapping[str, str] | None = None,
+        dial: Dial | None = None,
+    ) -> None:
         self._executor = executor
         self._env = ExecutorEnvironment.from_environ(os.environ if environ is None else environ)
         self._core = ExecutorCore(self._env)
-        self._client: ZmqClient | None = None
+        self._dial = dial
+        self._client: Client | None = None
         self._outbox: deque[Message] = deque()
         self._outbox_ready = asyncio.Event()
         self._outbox_empty = asyncio.Event()
@@ -201,11 +212,7 @@ class ExecutorDriver:
             agent=env.agent_endpoint,
         )
         try:
-            client = ZmqClient.connect(
-                env.agent_endpoint,
-                on_connected=self._on_transport_connected,
-                on_disconnected=self._on_transport_disconnected,
-            )
+            client = self._connect(env.agent_endpoint)
         except zmq.ZMQError as exc:
             log.error("agent_endpoint_unusable", agent=env.agent_endpoint, error=str(exc))
             self._done.set_result(2)
@@ -234,6 +241,12 @@ class ExecutorDriver:
             await asyncio.gather(*pending, return_exceptions=True)
         log.info("executor_exiting", status=code)
         return code
+
+    def _connect(self, endpoint: str) -> Client:
+        up, down = self._on_transport_connected, self._on_transport_disconnected
+        if self._dial is not None:
+            return self._dial(endpoint, up, down)
+        return ZmqClient.connect(endpoint, on_connected=up, on_disconnected=down)
 
     def _install_signal_handlers(self, loop: asyncio.AbstractEventLoop) -> list[int]:
         if threading.current_thread() is not threading.main_thread():
@@ -311,7 +324,7 @@ class ExecutorDriver:
         self._outbox_empty.clear()
         self._outbox_ready.set()
 
-    async def _send(self, client: ZmqClient) -> None:
+    async def _send(self, client: Client) -> None:
         outbox = self._outbox
         while True:
             await self._outbox_ready.wait()
@@ -326,7 +339,7 @@ class ExecutorDriver:
                     return
             self._outbox_empty.set()
 
-    async def _receive(self, client: ZmqClient) -> None:
+    async def _receive(self, client: Client) -> None:
         while True:
             try:
                 received = await client.recv()

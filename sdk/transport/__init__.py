@@ -7,7 +7,7 @@ through :mod:`agora.sdk.codec` and deliver :class:`Received` records.
 
 from __future__ import annotations
 
-from agora.sdk.transport.base import Client, Received, Server, TransportClosed
+from agora.sdk.transport.base import Client, Dial, Received, Server, TransportClosed
 from agora.sdk.transport.curve import (
     Acl,
     AclError,
@@ -27,6 +27,7 @@ __all__ = [
     "Client",
     "CurveClient",
     "CurveServer",
+    "Dial",
     "InprocClient",
     "InprocHub",
     "InprocServer",

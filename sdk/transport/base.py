@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeAlias, runtime_checkable
 
 from agora.sdk.codec import decode
 from agora.sdk.errors import ProtocolError
 from agora.sdk.messages import Message
 
-__all__ = ["Client", "Received", "Server", "TransportClosed", "decode_received"]
+__all__ = ["Client", "Dial", "Received", "Server", "TransportClosed", "decode_received"]
 
 
 class TransportClosed(ConnectionError):
@@ -89,3 +90,11 @@ class Client(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+#: How a process makes its link to one server instead of a ZeroMQ DEALER: called with the
+#: server's endpoint and the link-up and link-down callbacks, it returns the connected client
+#: (over the in-process transport: ``lambda e, up, down: hub.client(name_of(e),
+#: on_connected=up, on_disconnected=down)``). ``MasterLink``, the agent daemon and the executor
+#: driver take one.
+Dial: TypeAlias = Callable[[str, Callable[[], None], Callable[[], None]], Client]

@@ -27,7 +27,7 @@ import zmq.asyncio
 from agora.sdk.discovery import normalize_endpoint
 from agora.sdk.messages import DetectLeader, LeaderInfo, Message
 from agora.sdk.transport._zmq_io import DEFAULT_HWM, make_context
-from agora.sdk.transport.base import Client, Received, TransportClosed
+from agora.sdk.transport.base import Client, Dial, Received, TransportClosed
 from agora.sdk.transport.zmq_client import ZmqClient
 
 if TYPE_CHECKING:
@@ -47,8 +47,6 @@ _JITTER: Final = 0.2
 #: push) within about a second of the masters' return, not after a 5 s backoff.
 RECONNECT_MAX: Final = 1.0
 Callback = Callable[[], None]
-#: Makes the socket to one master: (endpoint, socket up, socket down) -> the client.
-Dial = Callable[[str, Callback, Callback], Client]
 
 
 class MasterLink:
