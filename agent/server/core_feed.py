@@ -19,7 +19,7 @@ from agora.agent.core import Agent
 from agora.agent.server.checkpointing import Checkpointer
 from agora.agent.server.history import AgentHistory
 from agora.agent.server.journal import JournalError
-from agora.sdk.transport import MasterLink, Received, ZmqServer
+from agora.sdk.transport import MasterLink, Received, Server
 
 __all__ = ["CoreFeed"]
 
@@ -91,7 +91,7 @@ class CoreFeed:
         if actions:
             self._perform(actions)
 
-    async def serve(self, link: MasterLink | ZmqServer, handle: Callable[[Received], None]) -> None:
+    async def serve(self, link: MasterLink | Server, handle: Callable[[Received], None]) -> None:
         """Feed what arrives on ``link`` to ``handle``, a burst at a time: its actions are
         performed after one commit at the burst's end."""
         while True:

@@ -71,7 +71,7 @@ from agora.sdk.daemon.history import History
 from agora.sdk.discovery import parse_masters
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID
 from agora.sdk.messages import ContainerUsage, UnregisterAgent
-from agora.sdk.transport import CurveClient, MasterLink, TransportClosed, ZmqServer
+from agora.sdk.transport import CurveClient, Dial, MasterLink, Server, TransportClosed
 from aiohttp import web
 
 __all__ = ["TICK_INTERVAL", "AgentDaemon", "advertised_endpoint"]
@@ -84,7 +84,16 @@ _SIGNALS: Final = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
 
 
 class AgentDaemon:
-    """One agent: run it with ``await AgentDaemon(config, settings).run()``."""
+    """One agent: run it with ``await AgentDaemon(config, settings).run()``.
+
+    The transports default to ZeroMQ (a :class:`MasterLink` to ``settings.master``, an executor
+    socket bound per ``settings.executor_bind``). ``dial`` makes the link to each master instead
+    (see :meth:`MasterLink.connect`; ``curve`` is then unused); ``executor_server`` is the server
+    executors reach the agent on, used as given (its ``endpoint`` is what executors are told) and
+    left open for its owner to close. With both from an :class:`~agora.sdk.transport.InprocHub`
+    the agent opens no socket. ``subreaper=False`` keeps the process from adopting orphans (an
+    agent sharing its process, as in tests).
+    """
 
     def __init__(
         self,
@@ -93,10 +102,16 @@ class AgentDaemon:
         *,
         curve: CurveClient | None = None,
         environ: Mapping[str, str] | None = None,
+        dial: Dial | None = None,
+        executor_server: Server | None = None,
+        subreaper: bool = True,
     ) -> None:
         self._config = config
         self._settings = settings
         self._curve = curve
+        self._dial = dial
+        self._given_server = executor_server
+        self._subreaper = subreaper
         self._environ = dict(os.environ if environ is None else environ)
         self._core = Agent(config)  # replaced in run() once the executor port is known
         self._work_dir = settings.work_dir
@@ -112,7 +127,7 @@ class AgentDaemon:
         self._history = AgentHistory(
             History(settings.history or None, config.hostname), config.resources
         )
-        self._server: ZmqServer | None = None
+        self._server: Server | None = None
         self._processes: ExecutorProcesses | None = None
         self._launcher: ExecutorLauncher | None = None
         self._endpoint = ""
@@ -212,7 +227,9 @@ class AgentDaemon:
             log.error("isolation_unavailable", error=str(exc))
             self._checkpoint.close()
             return 1
-        self._server = open_executor_socket(self._settings, self._work_dir, records)
+        self._server = self._given_server or open_executor_socket(
+            self._settings, self._work_dir, records
+        )
         if self._server is None:
             self._checkpoint.close()
             return 1
@@ -227,7 +244,11 @@ class AgentDaemon:
             lambda: self._core,
         )
         self._processes = ExecutorProcesses(
-            loop, self._work_dir, self._executor_exited, switch_user=self._settings.switch_user
+            loop,
+            self._work_dir,
+            self._executor_exited,
+            switch_user=self._settings.switch_user,
+            subreaper=self._subreaper,
         )
         if self._settings.http_port is not None:
             # Before registering: the master learns the bound port in AgentInfo. Imported here:
@@ -238,7 +259,7 @@ class AgentDaemon:
                 self._settings, self._settings.http_port, lambda: self._core, self._work_dir, self
             )
             if serving is None:
-                self._server.close()
+                self._close_server()
                 return 1
             self._http, self._http_port = serving
         self._config = replace(
@@ -269,7 +290,7 @@ class AgentDaemon:
             terminate=self._terminate,
         )
         if not self._recover(records):
-            self._server.close()
+            self._close_server()
             self._checkpoint.close()
             return 1
         try:
@@ -281,11 +302,14 @@ class AgentDaemon:
         tasks: list[asyncio.Task[None]] = []
         try:
             try:
+                masters = self._settings.master
                 self._client = MasterLink.connect(
-                    parse_masters(self._settings.master),
+                    # A dial decides what its endpoints mean: they need not be ZeroMQ ones.
+                    parse_masters(masters) if self._dial is None else masters.split(","),
                     curve=self._curve,
                     on_connected=self._intake.master_connected,
                     on_disconnected=self._intake.master_disconnected,
+                    dial=self._dial,
                 )
             except (zmq.ZMQError, ValueError) as exc:
                 log.error("master_connect_failed", master=self._settings.master, error=str(exc))
@@ -334,8 +358,7 @@ class AgentDaemon:
                 self._processes.close()
             if self._client is not None:
                 self._client.close()
-            if self._server is not None:
-                self._server.close()
+            self._close_server()
             if self._http is not None:
                 try:
                     await self._http.cleanup()
@@ -350,6 +373,11 @@ class AgentDaemon:
                 self._containment.tidy()
         log.info("agent_stopped", reason=self._stop_reason, status=self._exit_code)
         return self._exit_code
+
+    def _close_server(self) -> None:
+        """Close the executor socket the daemon opened (an injected server is its owner's)."""
+        if self._server is not None and self._server is not self._given_server:
+            self._server.close()
 
     def _make_disk_watchers(self) -> None:
         """The disk/du isolator (sandbox sizes, enforcement) and sandbox garbage collection,

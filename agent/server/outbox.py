@@ -18,7 +18,7 @@ from typing import Final
 import structlog
 from agora.sdk.messages import Message
 from agora.sdk.messages.batching import coalesce
-from agora.sdk.transport import MasterLink, TransportClosed, ZmqServer
+from agora.sdk.transport import MasterLink, Server, TransportClosed
 
 __all__ = ["AgentOutbox"]
 
@@ -44,7 +44,7 @@ class AgentOutbox:
         self._queue.append((peer, message))
         self._ready.set()
 
-    async def run(self, client: MasterLink, server: ZmqServer) -> None:
+    async def run(self, client: MasterLink, server: Server) -> None:
         """Send the outbox in order: the single writer of both sockets."""
         outbox, ready = self._queue, self._ready
         while True:
