@@ -53,6 +53,10 @@ class MasterConfig:
     #: for the daemon to commit them (``Propose`` actions) before they take effect. Off, the core
     #: applies them to its own registry at once (one master, tests, simulations).
     replicated: bool = False
+    #: The shell drains messages in bursts and calls ``Master.end_burst`` after each: ``handle``
+    #: then leaves the event-triggered allocation of what a message freed to the end of its
+    #: burst. Off, every ``handle`` allocates at once (tests, simulations).
+    bursts: bool = False
     #: After a failover, agents of the registry that have not re-registered this long after the
     #: new leader's activation are marked unreachable (Mesos: ``agent_reregister_timeout``).
     agent_reregister_timeout: float = 600.0

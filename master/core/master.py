@@ -27,7 +27,9 @@ from agora.master.core.actions import Action, Notice, Peer
 from agora.master.core.config import MasterConfig
 from agora.master.core.prompt import prompt_allocation
 from agora.master.core.state import Agent, AgentStatus, Framework, MasterState
+from agora.master.core.view import StateView
 from agora.master.registry import Registry
+from agora.sdk.ids import AgentID, FrameworkID
 from agora.sdk.messages import (
     OPERATOR_CALLS,
     Accept,
@@ -122,19 +124,45 @@ class Master:
     def epoch(self) -> int:
         return self._st.config.epoch
 
-    def handle(
-        self, sender: Peer, message: Message, now: float, *, allocate: bool = True
-    ) -> list[Action]:
+    # ------------------------------------------------------------------ reads, for the shells
+
+    @property
+    def address(self) -> str:
+        """The endpoint this master serves clients on."""
+        return self._st.config.address
+
+    def view(self) -> StateView:
+        """What the master shows readers (GET_STATE, ``/state``, metrics): read it at once."""
+        return StateView(self._st)
+
+    def agent(self, agent_id: AgentID) -> Agent | None:
+        """The agent with this id, whatever its status; None if unknown."""
+        return self._st.agents.get(agent_id)
+
+    def agent_id_of(self, peer: Peer) -> AgentID | None:
+        """The id of the agent registered from ``peer``, if any."""
+        return self._st.agents_by_peer.get(peer)
+
+    def framework(self, framework_id: FrameworkID) -> Framework | None:
+        """The live framework with this id; None if unknown or completed."""
+        return self._st.frameworks.get(framework_id)
+
+    def handle(self, sender: Peer, message: Message, now: float) -> list[Action]:
         """One decoded message from ``sender``.
 
-        ``allocate=False`` defers the event-triggered allocation of resources this message freed
-        to the next :meth:`allocate_freed` (or ``handle``/``tick``): a daemon draining a burst of
-        messages allocates once for the burst, so a thousand finishing tasks make a few offers
-        rather than a thousand small ones.
+        What the message freed is offered at once, unless the config says the shell feeds
+        messages in bursts (``MasterConfig.bursts``): then once per burst, by :meth:`end_burst`.
         """
         for part in unbatch(message):  # a batch is handled as the messages it carries
             self._dispatch(sender, part, now)
-        return self._finish(now, allocate)
+        return self._finish(now, not self._st.config.bursts)
+
+    def end_burst(self, now: float) -> list[Action]:
+        """The shell has handled a burst of messages: one event-triggered allocation pass over
+        the agents whose free resources they changed, so a thousand finishing tasks make a few
+        offers rather than a thousand small ones. Call it after every burst (with
+        ``MasterConfig.bursts`` on, ``handle`` leaves allocation to it)."""
+        return self._finish(now)
 
     def _dispatch(self, sender: Peer, message: Message, now: float) -> None:
         st = self._st
@@ -225,10 +253,6 @@ class Master:
             return None
         agent = self._st.agents[agent_id]
         return agent if agent.status is AgentStatus.ACTIVE else None
-
-    def allocate_freed(self, now: float) -> list[Action]:
-        """Event-triggered allocation of what earlier ``handle(..., allocate=False)`` freed."""
-        return self._finish(now)
 
     def _finish(self, now: float, allocate: bool = True) -> list[Action]:
         """Event-triggered allocation on agents whose free resources changed, then drain."""

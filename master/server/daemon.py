@@ -282,9 +282,9 @@ class MasterDaemon:
             core = self._acting_core()
             async with self._lock:
                 if core is not None:
-                    started = time.perf_counter()
-                    actions = core.allocate_freed(self._clock())
-                    self.stats.observe_allocation(time.perf_counter() - started)
+                    allocating = time.perf_counter()
+                    actions = core.end_burst(self._clock())
+                    self.stats.observe_allocation(time.perf_counter() - allocating)
                     await self._outbox.perform(actions)
                 else:
                     await self._outbox.release_batches()
@@ -359,7 +359,7 @@ class MasterDaemon:
             epoch = self._leadership.node.term
         else:
             assert self._core is not None
-            endpoint = self._core.state.config.address
+            endpoint = self._core.address
             epoch = self._core.epoch
             info = LeaderInfo(responder=endpoint, leader=endpoint, epoch=epoch, masters=(endpoint,))
         with contextlib.suppress(ProtocolError, zmq.ZMQError):
@@ -398,7 +398,7 @@ class MasterDaemon:
         self._outbox.batcher.heard(peer, message)
         async with self._lock:
             try:
-                actions = core.handle(peer, message, self._clock(), allocate=False)
+                actions = core.handle(peer, message, self._clock())
             except Exception:
                 log.exception("core_failed", peer=peer, message=message.NAME)
                 actions = [self._error(peer, ErrorCode.INTERNAL, f"{message.NAME} failed")]

@@ -54,7 +54,7 @@ def log_event(core: Master | None, action: Send) -> None:
     if core is None or type(message) not in LOGGED_EVENTS:
         return
     if isinstance(message, AgentRegistered | AgentReregistered):
-        agent = core.state.agents.get(message.agent_id)
+        agent = core.agent(message.agent_id)
         log.info(
             LOGGED_EVENTS[type(message)],
             agent_id=message.agent_id,
@@ -67,11 +67,11 @@ def log_event(core: Master | None, action: Send) -> None:
             framework_id=message.framework_id,
             task_id=message.task_id,
             kill_id=message.kill_id,
-            agent_id=core.state.agents_by_peer.get(action.to),
+            agent_id=core.agent_id_of(action.to),
             peer=action.to,
         )
     elif isinstance(message, Subscribed):
-        fw = core.state.frameworks.get(message.framework_id)
+        fw = core.framework(message.framework_id)
         log.info(
             "framework_subscribed",
             framework_id=message.framework_id,

@@ -1,4 +1,4 @@
-"""The master's numbers: cheap counts of its state, daemon counters, and a Prometheus registry.
+"""The master's numbers: the counts of its state view, daemon counters, and a Prometheus registry.
 
 The daemon's receive path only bumps plain ints on :class:`DaemonStats`; everything is read at
 scrape time by :class:`MasterCollector`, registered in a registry of the daemon's own (never the
@@ -8,11 +8,10 @@ process-global one), so two masters in one process do not mix their metrics.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 from agora.master.core import Master
+from agora.master.core.view import SCALARS, Counts
 from agora.master.server.stats import ALLOCATION_BUCKETS, DaemonStats
-from agora.sdk.messages import TaskState
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -23,71 +22,11 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 __all__ = ["SCALARS", "Counts", "DaemonStats", "MasterCollector", "count", "make_registry"]
 
-#: The scalar resources reported in totals.
-SCALARS = ("cpus", "mem", "disk", "gpus")
-
-
-@dataclass(frozen=True, slots=True)
-class Counts:
-    """What ``/state/summary`` and ``/metrics`` report; linear in agents + frameworks + tasks."""
-
-    agents: dict[str, int]
-    frameworks: dict[str, int]
-    tasks: dict[str, int]
-    offers: int
-    total: dict[str, float]
-    allocated: dict[str, float]
-
 
 def count(core: Master) -> Counts:
-    """Count the core's state, the same agents, frameworks and tasks a snapshot lists."""
-    st = core.state
-    alloc = st.allocator
-    agents = {"ACTIVE": 0, "UNREACHABLE": 0, "DISCONNECTED": 0, "DRAINING": 0}
-    registry = st.registry.agents
-    # Sums in thousandths, one pass over each agent's scalars (this runs on every scrape).
-    total_milli = dict.fromkeys(SCALARS, 0)
-    used_milli = dict.fromkeys(SCALARS, 0)
-    for agent in st.agents.values():
-        agents[agent.status.value] = agents.get(agent.status.value, 0) + 1
-        if agent.status.value == "ACTIVE":
-            if agent.missed_pings > 1:
-                agents["DISCONNECTED"] += 1  # silent through a whole ping round
-            entry = registry.get(agent.agent_id)
-            if entry is not None and entry.draining:
-                agents["DRAINING"] += 1  # (active ones, as GET_STATE counts them)
-        _add(total_milli, agent.info.resources.scalar_totals_milli(), 1)
-        if alloc.has_agent(agent.agent_id):
-            _add(used_milli, alloc.total(agent.agent_id).scalar_totals_milli(), 1)
-            _add(used_milli, alloc.available(agent.agent_id).scalar_totals_milli(), -1)
-    total = {name: milli / 1000 for name, milli in total_milli.items()}
-    allocated = {name: milli / 1000 for name, milli in used_milli.items()}
-    connected = sum(1 for fw in st.frameworks.values() if fw.connected)
-    frameworks = {
-        "active": len(st.frameworks),
-        "inactive": len(st.completed_frameworks),
-        "connected": connected,
-        "disconnected": len(st.frameworks) - connected,
-    }
-    tasks = {state.value: 0 for state in TaskState}
-    for task in st.tasks.values():
-        tasks[task.state.value] += 1
-    for fw in (*st.frameworks.values(), *st.completed_frameworks):
-        for task in fw.completed:
-            tasks[task.state.value] += 1
-    return Counts(
-        agents=agents,
-        frameworks=frameworks,
-        tasks=tasks,
-        offers=len(st.offers),
-        total=total,
-        allocated=allocated,
-    )
-
-
-def _add(into: dict[str, int], amounts: dict[str, int], sign: int) -> None:
-    for name in into:
-        into[name] += sign * amounts.get(name, 0)
+    """Count the core's state (see :meth:`StateView.counts`): what ``/state/summary`` and the
+    metrics report."""
+    return core.view().counts()
 
 
 class MasterCollector(Collector):
@@ -194,7 +133,7 @@ class MasterCollector(Collector):
             cumulative.append(("+Inf" if bound is None else repr(bound), running))
         yield HistogramMetricFamily(
             "agora_master_allocation_run_seconds",
-            "time spent in Master.tick / allocate_freed",
+            "time spent in Master.tick / end_burst",
             buckets=cumulative,
             sum_value=stats.allocation_sum,
         )

@@ -79,7 +79,10 @@ async def _serve_locked(settings: DaemonSettings) -> int:
     history = History(settings.history, settings.advertise or server.endpoint)
     leadership: Leadership | None = None
     try:
-        config = replace(settings.master, address=server.endpoint, run_as=run_as_policy(acl))
+        # The daemon feeds its core in bursts and allocates once per burst (Master.end_burst).
+        config = replace(
+            settings.master, address=server.endpoint, run_as=run_as_policy(acl), bursts=True
+        )
         me = settings.advertise or server.endpoint
         masters = settings.masters or (me,)
         if me not in masters:

@@ -33,7 +33,7 @@ class DaemonStats:
     messages_dropped: int = 0
     #: Messages received and not handled yet (the daemon's backlog and what it holds).
     queue_size: Callable[[], int] = lambda: 0
-    #: Allocation (``Master.tick`` / ``allocate_freed``) run times: per-bucket counts (the last
+    #: Allocation (``Master.tick`` / ``end_burst``) run times: per-bucket counts (the last
     #: bucket is +Inf), their sum and how many.
     allocation_buckets: list[int] = field(
         default_factory=lambda: [0] * (len(ALLOCATION_BUCKETS) + 1)

@@ -46,8 +46,8 @@ from typing import Any
 import aiohttp
 from agora.master.core import Master, MasterConfig, Send
 from agora.master.core.operator import snapshot
-from agora.master.server.http import make_app
-from agora.master.server.http_access import OPEN, start_http
+from agora.master.server.http import make_app, start_http
+from agora.master.server.http_access import OPEN
 from agora.master.server.metrics import DaemonStats
 from agora.sdk import codec
 from agora.sdk.codec import MAX_FRAME_BYTES
@@ -101,7 +101,7 @@ def build(agents: int, frameworks: int, tasks: int) -> Master:
     """A core with ``agents`` agents, ``frameworks`` frameworks and ``tasks`` RUNNING tasks."""
     if tasks > agents * TASKS_PER_AGENT:
         raise SystemExit(f"{tasks} tasks do not fit on {agents} agents of {AGENT}")
-    core = Master(MasterConfig(master_id="bench", address="tcp://127.0.0.1:5050"))
+    core = Master(MasterConfig(master_id="bench", address="tcp://127.0.0.1:5050", bursts=True))
     now = 1.0
     for i in range(agents):
         info = AgentInfo(hostname=f"host-{i:05d}", resources=AGENT)
@@ -136,7 +136,7 @@ def build(agents: int, frameworks: int, tasks: int) -> Master:
             operations=(Launch(task_infos=infos),) if infos else (),
             filters=Filters(refuse_seconds=3600.0),
         )
-        core.handle(fw_peer, accept, now, allocate=False)
+        core.handle(fw_peer, accept, now)
         launched.extend((peers[offer.agent_id], offer.framework_id, t.task_id) for t in infos)
     now += 1.0
     for serial, (agent_peer, framework_id, task_id) in enumerate(launched, 1):
@@ -148,8 +148,8 @@ def build(agents: int, frameworks: int, tasks: int) -> Master:
             timestamp=now,
         )
         update = StatusUpdateMessage(update=StatusUpdate(framework_id=framework_id, status=status))
-        core.handle(agent_peer, update, now, allocate=False)
-    core.allocate_freed(now)
+        core.handle(agent_peer, update, now)
+    core.end_burst(now)
     running = sum(1 for t in core.state.tasks.values() if t.state is TaskState.RUNNING)
     if running != tasks:
         raise SystemExit(f"{running} of {tasks} tasks RUNNING after the launch")

@@ -164,12 +164,10 @@ def test_an_acl_without_curve_sees_anonymous_clients() -> None:
 class _FaultyMaster(Master):
     """A core with a bug: DECLINE blows up."""
 
-    def handle(
-        self, sender: str, message: Message, now: float, *, allocate: bool = True
-    ) -> list[Action]:
+    def handle(self, sender: str, message: Message, now: float) -> list[Action]:
         if isinstance(message, Decline):
             raise RuntimeError("bug")
-        actions: list[Action] = super().handle(sender, message, now, allocate=allocate)
+        actions: list[Action] = super().handle(sender, message, now)
         return actions
 
 

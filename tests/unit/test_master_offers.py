@@ -285,8 +285,8 @@ def test_quota_limit_from_the_master_config_caps_a_role() -> None:
 
 
 def test_deferred_allocation_offers_a_burst_of_freed_resources_once() -> None:
-    """A daemon handling a burst with allocate=False gets one offer for it from allocate_freed."""
-    h = Harness()
+    """A core fed in bursts (the daemon's) offers what a burst freed once, from end_burst."""
+    h = Harness(MasterConfig(bursts=True))
     agent = h.register_agent("a1", "cpus:4;mem:4096")
     fw = h.subscribe("s1")
     offer = only(offers_in(h.tick(), "s1"))
@@ -304,12 +304,12 @@ def test_deferred_allocation_offers_a_burst_of_freed_resources_once() -> None:
             uuid=bytes([i + 1]) * 16,
         )
         message = StatusUpdateMessage(update=StatusUpdate(framework_id=fw, status=status))
-        out = h.master.handle("a1", message, h.now, allocate=False)
+        out = h.master.handle("a1", message, h.now)
         assert not offers_in(out, "s1"), "no offer while the burst is being handled"
-    offered = offers_in(h.master.allocate_freed(h.now), "s1")
+    offered = offers_in(h.master.end_burst(h.now), "s1")
     assert len(offered) == 1
     assert offered[0].resources.scalar("cpus") == 4.0
-    assert not h.master.allocate_freed(h.now), "nothing is left to allocate"
+    assert not h.master.end_burst(h.now), "nothing is left to allocate"
 
 
 def test_a_scheduler_declining_everything_with_refuse_zero_cannot_spin_the_master() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from agora.master.core import MasterConfig
 from agora.master.core import offers as offers_module
 from agora.master.core.prompt import PROMPT_GAP_FRACTION
 from agora.sdk.messages import FrameworkInfo, Revive, Subscribe, Subscribed
@@ -13,8 +14,9 @@ from support.master_kit import Harness, of_type, offers_in, only, sent_to
 AGENT = "cpus:4;mem:4096"
 
 
-def _idle_cluster() -> Harness:
-    h = Harness()  # allocation_interval 1.0: a tick-driven offer would wait for h.tick()
+def _idle_cluster(config: MasterConfig | None = None) -> Harness:
+    # allocation_interval 1.0: a tick-driven offer would wait for h.tick()
+    h = Harness(config or MasterConfig())
     h.register_agent("a1", AGENT)
     h.now += h.config.allocation_interval  # well past any earlier prompt pass
     return h
@@ -49,14 +51,14 @@ def test_revive_is_offered_at_once() -> None:
 
 
 def test_a_deferred_burst_allocates_once_when_the_daemon_asks() -> None:
-    h = _idle_cluster()
-    # The daemon hands each message of a burst with allocate=False, then calls allocate_freed.
+    h = _idle_cluster(MasterConfig(bursts=True))
+    # The daemon's core is fed in bursts: handle leaves allocation to end_burst.
     for peer in ("s1", "s2"):
         info = FrameworkInfo(name=peer, roles=("*",))
-        out = h.master.handle(peer, Subscribe(framework_info=info), h.now, allocate=False)
+        out = h.master.handle(peer, Subscribe(framework_info=info), h.now)
         assert offers_in(out, peer) == []
         assert len(of_type(sent_to(out, peer), Subscribed)) == 1
-    freed = h.master.allocate_freed(h.now)
+    freed = h.master.end_burst(h.now)
     assert len(offers_in(freed, "s1") + offers_in(freed, "s2")) == 1  # one agent, one pass
 
 
