@@ -5,7 +5,9 @@ See ``agent.py`` for the shell's contract."""
 from agora.agent.core.actions import (
     Action,
     ExecutorRefused,
+    GpusUnavailable,
     LaunchExecutor,
+    ResizeExecutor,
     SignalExecutor,
     Terminate,
     ToExecutor,
@@ -19,7 +21,16 @@ from agora.agent.core.executors import (
     UNKNOWN_EXIT_STATUS,
     command_executor_info,
 )
-from agora.agent.core.state import COMMAND_EXECUTOR_ID, AgentState, ExecutorKey, ExecutorState
+from agora.agent.core.state import (
+    COMMAND_EXECUTOR_ID,
+    AgentState,
+    Executor,
+    ExecutorKey,
+    ExecutorState,
+    Framework,
+    Task,
+    TaskKey,
+)
 from agora.agent.core.status_updates import StatusUpdateManager, is_final
 
 __all__ = [
@@ -32,13 +43,19 @@ __all__ = [
     "AgentState",
     "CheckpointError",
     "Delete",
+    "Executor",
     "ExecutorKey",
     "ExecutorRefused",
     "ExecutorState",
+    "Framework",
+    "GpusUnavailable",
     "LaunchExecutor",
     "Put",
+    "ResizeExecutor",
     "SignalExecutor",
     "StatusUpdateManager",
+    "Task",
+    "TaskKey",
     "Terminate",
     "ToExecutor",
     "ToMaster",

@@ -5,13 +5,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from agora.sdk.ids import ExecutorID, FrameworkID
+from agora.sdk.ids import ExecutorID, FrameworkID, TaskID
 from agora.sdk.messages import ExecutorInfo, Message
+from agora.sdk.resources import Resources
 
 __all__ = [
     "Action",
     "ExecutorRefused",
+    "GpusUnavailable",
     "LaunchExecutor",
+    "ResizeExecutor",
     "SignalExecutor",
     "Terminate",
     "ToExecutor",
@@ -49,6 +52,8 @@ class LaunchExecutor:
     only it knows: AGORA_AGENT_ENDPOINT, AGORA_SANDBOX (absolute) and AGORA_RECOVERY_TIMEOUT, on
     top of its base environment.
     ``user`` is the user to run as (None: the agent's own).
+    ``resources`` is what a container of the executor's own must hold: its resources plus those
+    of its tasks that are not over (the shell ignores it when it does not contain the executor).
 
     The shell must answer every LaunchExecutor with exactly one of ``Agent.executor_exited``
     (when the process ends) or ``Agent.executor_launch_failed`` (when it could not start).
@@ -61,6 +66,29 @@ class LaunchExecutor:
     sandbox: str
     environment: Mapping[str, str] = field(default_factory=dict)
     user: str | None = None
+    resources: Resources = field(default_factory=Resources)
+
+
+@dataclass(frozen=True, slots=True)
+class ResizeExecutor:
+    """A custom executor's tasks changed (one was handed to it, or one ended): a container of
+    its own must now hold ``resources`` (its resources plus its tasks' that are not over). It
+    comes before the launch message that made it grow. The shell ignores it for an executor it
+    does not contain."""
+
+    framework_id: FrameworkID
+    executor_id: ExecutorID
+    resources: Resources
+
+
+@dataclass(frozen=True, slots=True)
+class GpusUnavailable:
+    """A task asked for GPUs the agent does not have free (``error`` says how many): it was
+    handed to its executor with none. The shell logs it as an error."""
+
+    framework_id: FrameworkID
+    task_id: TaskID
+    error: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,4 +122,13 @@ class ExecutorRefused:
     reason: str
 
 
-Action = ToMaster | ToExecutor | LaunchExecutor | SignalExecutor | Terminate | ExecutorRefused
+Action = (
+    ToMaster
+    | ToExecutor
+    | LaunchExecutor
+    | SignalExecutor
+    | Terminate
+    | ExecutorRefused
+    | ResizeExecutor
+    | GpusUnavailable
+)

@@ -12,7 +12,16 @@ calls ``tick`` regularly (every 0.1 s or so), and performs the returned actions 
 * ``SignalExecutor(fid, eid, kill)``: SIGTERM / SIGKILL its process group (gone: ignore);
 * ``Terminate(reason)``: see its docstring; the core is inert afterwards;
 * ``ExecutorRefused(fid, eid, peer, reason)``: a registration without the executor's secret was
-  refused (log it as a warning; nothing changed).
+  refused (log it as a warning; nothing changed);
+* ``ResizeExecutor(fid, eid, resources)``: a custom executor's container must now hold
+  ``resources`` (``LaunchExecutor.resources`` gives its first size);
+* ``GpusUnavailable(fid, tid, error)``: a task got fewer GPUs than it asked for (log an error).
+
+GPUs: given the agent's GPUs in ``AgentConfig.gpus``, the core assigns each task its own in the
+launch it hands to the executor, and checkpoints them with the task (see gpus.py).
+
+Shells read the state through the read functions below (``task``, ``tasks``, ``executor``,
+``tasks_of``, ...), never by reaching into ``state``.
 
 ``now`` is any clock that only moves forward (all timers are relative); the core stamps the
 statuses it generates with it, so the daemon should pass wall-clock ``time.time()``.
@@ -32,7 +41,9 @@ re-registers with the recovered agent id). See recovery.py for what happens to e
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Set
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence, Set
+from types import MappingProxyType
 from typing import Any
 
 from agora.agent.core import (
@@ -44,12 +55,26 @@ from agora.agent.core import (
     registration,
     tasks,
 )
-from agora.agent.core.actions import Action, ExecutorRefused, SignalExecutor, Terminate
+from agora.agent.core.actions import (
+    Action,
+    ExecutorRefused,
+    LaunchExecutor,
+    SignalExecutor,
+    Terminate,
+)
 from agora.agent.core.checkpoint import Delete, Put
 from agora.agent.core.config import AgentConfig
-from agora.agent.core.state import AgentState, ExecutorKey, ExecutorState
+from agora.agent.core.state import (
+    AgentState,
+    Executor,
+    ExecutorKey,
+    ExecutorState,
+    Framework,
+    Task,
+    TaskKey,
+)
 from agora.agent.core.status_updates import StatusUpdateManager
-from agora.sdk.ids import AgentID, ExecutorID, FrameworkID
+from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, TaskID
 from agora.sdk.messages import (
     AgentRegistered,
     AgentReregistered,
@@ -69,6 +94,7 @@ from agora.sdk.messages import (
     StatusUpdateAck,
     StatusUpdateMessage,
 )
+from agora.sdk.resources import Resources
 
 __all__ = ["Agent"]
 
@@ -116,6 +142,54 @@ class Agent:
     def terminated(self) -> bool:
         return self._st.terminated
 
+    @property
+    def config(self) -> AgentConfig:
+        return self._st.config
+
+    @property
+    def master_epoch(self) -> int:
+        """The newest master epoch seen."""
+        return self._st.master_epoch
+
+    # --- read functions (the records they return are the core's: do not change them) -----
+    def tasks(self) -> Mapping[TaskKey, Task]:
+        """Every task the agent holds, by (framework id, task id): a read-only view."""
+        return MappingProxyType(self._st.tasks)
+
+    def task(self, framework_id: FrameworkID, task_id: TaskID) -> Task | None:
+        return self._st.tasks.get((framework_id, task_id))
+
+    def frameworks(self) -> Mapping[FrameworkID, Framework]:
+        """Every framework with work on this agent: a read-only view."""
+        return MappingProxyType(self._st.frameworks)
+
+    def framework(self, framework_id: FrameworkID) -> Framework | None:
+        return self._st.frameworks.get(framework_id)
+
+    def executors(self) -> Mapping[ExecutorKey, Executor]:
+        """Every executor the agent runs, by (framework id, executor id): a read-only view."""
+        return MappingProxyType(self._st.executors)
+
+    def executor(self, framework_id: FrameworkID, executor_id: ExecutorID) -> Executor | None:
+        return self._st.executors.get((framework_id, executor_id))
+
+    def tasks_of(self, framework_id: FrameworkID, executor_id: ExecutorID) -> list[Task]:
+        """The executor's tasks the agent still holds (over or not), by task id."""
+        ex = self._st.executors.get((framework_id, executor_id))
+        if ex is None:
+            return []
+        found = (self._st.tasks.get((framework_id, tid)) for tid in sorted(ex.tasks))
+        return [task for task in found if task is not None]
+
+    def executor_size(self, framework_id: FrameworkID, executor_id: ExecutorID) -> Resources:
+        """What a container of the executor's own holds now (nothing for an unknown one)."""
+        ex = self._st.executors.get((framework_id, executor_id))
+        return Resources() if ex is None else self._st.executor_size(ex)
+
+    def unacknowledged_updates(self) -> int:
+        """Status updates the master has not acknowledged yet."""
+        return self._st.updates.unacknowledged()
+
     # --- checkpointing ---------------------------------------------------------------------
     def checkpoint(self) -> list[Put | Delete]:
         """The durable records changed since the last call (see checkpoint.py), to be written
@@ -133,16 +207,19 @@ class Agent:
         *,
         alive: Set[ExecutorKey],
         cleanup: bool,
+        legacy_gpus: Mapping[str, Sequence[int]] | None = None,
     ) -> list[Action]:
         """Take the state back from a checkpoint (the journal's records) after a restart, on a
         fresh Agent, before any other stimulus. ``alive``: the checkpointed executors whose
         process the shell found still running. ``cleanup``: kill them (``--recover=cleanup``)
         instead of waiting for them to re-register. Records of kinds the core does not write
-        are ignored. Raises ``CheckpointError`` (a ValueError) for a record it cannot read."""
+        are ignored. Raises ``CheckpointError`` (a ValueError) for a record it cannot read.
+        ``legacy_gpus``: the GPU assignments an older agent kept outside its checkpoint
+        (``gpus.json``: ``"<fid>/<tid>"`` -> indices), taken by the live tasks that hold none."""
         st = self._st
         if st.agent_id is not None or st.tasks or st.executors or st.updates:
             raise RuntimeError("recover() must come first, on a fresh Agent")
-        recovery.recover(st, records, now, alive, cleanup)
+        recovery.recover(st, records, now, alive, cleanup, legacy_gpus)
         return self._finish()
 
     # --- stimuli ---------------------------------------------------------------------------
@@ -301,4 +378,12 @@ class Agent:
         st = self._st
         st.flush_updates()
         out, st.outbox = st.outbox, []
-        return out
+        # An executor's first size counts the tasks queued for it by the end of the stimulus.
+        return [self._sized(action) for action in out]
+
+    def _sized(self, action: Action) -> Action:
+        if not isinstance(action, LaunchExecutor) or action.builtin:
+            return action
+        ex = self._st.executors.get((action.framework_id, action.executor_id))
+        size = action.info.resources if ex is None else self._st.executor_size(ex)
+        return dataclasses.replace(action, resources=size)

@@ -11,7 +11,7 @@ executor   ``fid`` + ``eid``       :class:`ExecutorRecord`: info, builtin, state
                                    requested, queued and successor launches, recovery kill,
                                    the executor's secret
 task       ``fid`` + ``tid``       :class:`TaskRecord`: TaskInfo, executor id, role, state,
-                                   launched
+                                   launched, the GPUs it holds
 stream     ``fid`` + ``tid``       :class:`StreamRecord`: pending updates in order, seen uuids
 =========  ======================  ==========================================================
 
@@ -149,6 +149,8 @@ class TaskRecord(Record, frozen=True, kw_only=True):
     #: Being killed for exceeding a limit of its container: the reason and message it ends with.
     limitation_reason: Reason | None = None
     limitation_message: str = ""
+    #: The GPUs (indices) it holds (gpus.py); an agent that kept them in gpus.json wrote none.
+    gpus: Annotated[tuple[Annotated[int, Range(0, 2**31 - 1)], ...], MaxItems(4096)] = ()
 
 
 class StreamRecord(Record, frozen=True, kw_only=True):
@@ -219,6 +221,7 @@ def _task(task: Task) -> bytes:
             launched=task.launched,
             limitation_reason=task.limitation[0] if task.limitation else None,
             limitation_message=task.limitation[1] if task.limitation else "",
+            gpus=task.gpus,
         )
     )
 

@@ -44,3 +44,6 @@ class AgentConfig:
     command_executor_idle_timeout: float = 10.0
     #: Whom tasks run as and whether root tasks are refused (--switch-user, --allow-root-tasks).
     task_users: TaskUsers = field(default_factory=TaskUsers)
+    #: The GPUs (nvidia-smi indices) the agent hands to its tasks, each to one task at a time
+    #: (see gpus.py). None: no GPU isolation, tasks' environments are left alone.
+    gpus: tuple[int, ...] | None = None

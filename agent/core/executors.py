@@ -12,6 +12,7 @@ sent SIGTERM. Either way it is SIGKILLed if still alive after the shutdown grace
 
 from __future__ import annotations
 
+from agora.agent.core import gpus
 from agora.agent.core.actions import LaunchExecutor, SignalExecutor
 from agora.agent.core.executor_auth import SECRET_ENV
 from agora.agent.core.state import (
@@ -126,10 +127,11 @@ def hand_over(st: AgentState, ex: Executor, launch: QueuedLaunch) -> None:
     """Give a launch to a registered executor."""
     assert ex.peer is not None
     tasks = [st.tasks[(ex.framework_id, tid)] for tid in launch.task_ids]
-    infos = tuple(task.info for task in tasks)
+    infos = tuple(gpus.handed_over(st, task) for task in tasks)
     for task in tasks:
         task.launched = True
         st.touch(task)
+    st.resize(ex)  # before the launch: the container holds the tasks before they start
     if launch.group:
         message: LaunchTask | LaunchTaskGroup = LaunchTaskGroup(
             framework_id=ex.framework_id, executor=ex.info, task_group=TaskGroupInfo(tasks=infos)

@@ -29,9 +29,9 @@ answers the re-registration; ``connected`` sends REREGISTER_AGENT with the same 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Set
+from collections.abc import Mapping, Sequence, Set
 
-from agora.agent.core import checkpoint, executors, tasks
+from agora.agent.core import checkpoint, executors, gpus, tasks
 from agora.agent.core.actions import SignalExecutor
 from agora.agent.core.state import (
     AgentState,
@@ -75,6 +75,7 @@ def recover(
     now: float,
     alive: Set[ExecutorKey],
     cleanup: bool,
+    legacy_gpus: Mapping[str, Sequence[int]] | None = None,
 ) -> None:
     data = checkpoint.decode(records)
     for key in sorted(alive):
@@ -90,6 +91,7 @@ def recover(
     st.uuid_salt = repr(now)
     _rebuild(st, data)
     checkpoint.mark_saved(st)
+    gpus.adopt_legacy(st, legacy_gpus or {})
     for ex in sorted(st.executors.values(), key=lambda e: e.key):
         if ex.key not in alive:
             _dead(st, ex, now, cleanup)
@@ -145,6 +147,7 @@ def _rebuild(st: AgentState, data: checkpoint.Decoded) -> None:
                 if tr.limitation_reason is not None
                 else None
             ),
+            gpus=tr.gpus,
         )
         st.tasks[task.key] = task
         fw.tasks.add(task.info.task_id)

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from agora.agent.core.actions import Action, ToExecutor, ToMaster
+from agora.agent.core.actions import Action, ResizeExecutor, ToExecutor, ToMaster
 from agora.agent.core.config import AgentConfig
 from agora.agent.core.status_updates import StatusUpdateManager, is_final
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, TaskID
@@ -28,6 +28,7 @@ from agora.sdk.messages import (
     TaskState,
     TaskStatus,
 )
+from agora.sdk.resources import Resources
 
 __all__ = [
     "COMMAND_EXECUTOR_ID",
@@ -137,6 +138,9 @@ class Task:
     #: A limit of its container was exceeded (e.g. its disk) and it is being killed for it:
     #: the reason and message its final update gets, whatever state the executor reports.
     limitation: tuple[Reason, str] | None = None
+    #: The GPUs (indices) it holds, assigned when it is handed to its executor and given back
+    #: when it is over (see gpus.py).
+    gpus: tuple[int, ...] = ()
 
     @property
     def key(self) -> TaskKey:
@@ -269,6 +273,7 @@ class AgentState:
         task.state = status.state
         self.dirty_tasks.add(key)
         if is_final(status.state):
+            task.gpus = ()  # over: its GPUs are free again
             self._task_ended(task, now)
             if fw is not None and fw.terminating:
                 self.forget_task(key)
@@ -281,6 +286,24 @@ class AgentState:
         ex.live.discard(task.info.task_id)
         if ex.builtin and not ex.live and not ex.queued:
             ex.idle_since = now
+        if ex.state is not ExecutorState.TERMINATING:
+            self.resize(ex)
+
+    # --- executor containers -----------------------------------------------------------
+    def executor_size(self, ex: Executor) -> Resources:
+        """What a container of the executor's own holds: its resources and its live tasks'."""
+        total = ex.info.resources
+        for task_id in sorted(ex.live):
+            task = self.tasks.get((ex.framework_id, task_id))
+            if task is not None:
+                total = total + task.info.resources
+        return total
+
+    def resize(self, ex: Executor) -> None:
+        """A custom executor's live tasks changed: its container's new size, for the shell."""
+        if not ex.builtin:
+            size = self.executor_size(ex)
+            self.outbox.append(ResizeExecutor(ex.framework_id, ex.executor_id, size))
 
     # --- bookkeeping -------------------------------------------------------------------
     def touch(self, item: Executor | Framework | Task) -> None:
