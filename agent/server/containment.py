@@ -1,10 +1,11 @@
-"""The agent daemon's containers: custom executors' own containers, the cleanup of task
-containers their executor left, GPUs handed to tasks, and container usage on the heartbeat.
+"""The agent daemon's containers: custom executors' own containers (sized as the core says), the
+cleanup of task containers their executor left, and container usage on the heartbeat.
 
 The built-in executor builds its tasks' containers itself (agora.agent.executors.containment);
 the agent builds those of custom executors, destroys whatever a dead executor left behind (task
 containers are named by :func:`container_name` of framework and task id), and at start destroys
-containers no recovered task owns.
+containers no recovered task owns. Which GPUs a task gets, and how big an executor's container
+is, the core decides (agora.agent.core.gpus, ``ResizeExecutor``); this module only applies it.
 """
 
 from __future__ import annotations
@@ -24,22 +25,12 @@ from agora.agent.containers.containerizer import (
     host_name_for,
     limits_of,
 )
-from agora.agent.core import Agent
-from agora.agent.core.state import is_final
-from agora.agent.server.gpu_assign import GpuAssignments
+from agora.agent.core import Agent, LaunchExecutor, is_final
 from agora.agent.server.isolation import destroy_orphan_containers, release_agent_cgroups
 from agora.agent.server.processes import Account, ExecutorStarter
 from agora.agent.server.usage import sample_usage
 from agora.sdk.ids import ExecutorID, FrameworkID
-from agora.sdk.messages import (
-    ContainerUsage,
-    ExecutorInfo,
-    LaunchTask,
-    LaunchTaskGroup,
-    Message,
-    Pong,
-    Reason,
-)
+from agora.sdk.messages import ContainerUsage, Message, Pong, Reason
 from agora.sdk.resources import Resources
 
 __all__ = ["AgentContainment"]
@@ -50,53 +41,43 @@ log = structlog.get_logger(__name__)
 class AgentContainment:
     """``core`` returns the agent core (it is replaced once at start)."""
 
-    def __init__(
-        self,
-        containerizer: Containerizer,
-        core: Callable[[], Agent],
-        gpus: GpuAssignments | None = None,
-    ) -> None:
+    def __init__(self, containerizer: Containerizer, core: Callable[[], Agent]) -> None:
         self._containerizer = containerizer
         self._core = core
-        self._gpus = gpus
         self._executors: dict[tuple[FrameworkID, ExecutorID], Container] = {}
 
     @property
     def cgroups(self) -> Cgroups | None:
         return self._containerizer.cgroups
 
+    def assignable_gpus(self) -> tuple[int, ...] | None:
+        """The GPUs the core hands to tasks (``AgentConfig.gpus``): with ``gpu/nvidia``, every
+        GPU of the host; else None (tasks' environments are left alone)."""
+        config = self._containerizer.config
+        if "gpu/nvidia" not in config.isolators:
+            return None
+        return tuple(index for index, _minor in config.gpus)
+
     # ---- messages on their way out ---------------------------------------------------------
 
     def to_master(self, message: Message) -> Message:
-        """A PONG gets the containers' usage; a terminal update frees its task's GPUs."""
+        """A PONG gets the containers' usage."""
         if isinstance(message, Pong) and self.cgroups is not None:
             return Pong(usage=self.usage())
-        if self._gpus is not None:
-            self._gpus.to_master(message)
-        return message
-
-    def to_executor(self, message: Message) -> Message:
-        """Launches get their GPUs, and a contained executor's limits grow to cover them."""
-        if self._gpus is not None:
-            message = self._gpus.outgoing(message)
-        if self._executors:
-            self._resize(message)
         return message
 
     # ---- custom executors --------------------------------------------------------------------
 
     def executor_starter(
-        self,
-        fid: FrameworkID,
-        eid: ExecutorID,
-        info: ExecutorInfo,
-        required: dict[str, str],
+        self, action: LaunchExecutor, required: dict[str, str]
     ) -> ExecutorStarter | None:
         """How to start a custom executor in a container of its own (None: no isolation). Its
-        limits cover the executor's resources and its tasks'. Raises LaunchError for a container
-        the agent cannot give it; fills in ``required`` (its environment) for an image."""
+        limits cover ``action.resources`` (the core's size: the executor's and its tasks').
+        Raises LaunchError for a container the agent cannot give it; fills in ``required`` (its
+        environment) for an image."""
+        fid, eid, resources = action.framework_id, action.executor_id, action.resources
         config = self._containerizer.config
-        spec = info.container
+        spec = action.info.container
         if not config.isolated and spec is None:
             return None
         if spec is not None and spec.network_isolation:
@@ -108,7 +89,6 @@ class AgentContainment:
             required["AGORA_SANDBOX"] = SANDBOX_IN_IMAGE
             required["AGORA_AGENT_ENDPOINT"] = endpoint_in_image(required["AGORA_AGENT_ENDPOINT"])
         name = container_name(fid, "executor", eid)
-        resources = self.executor_resources(fid, eid)
 
         def start(
             argv: list[str],
@@ -145,30 +125,13 @@ class AgentContainment:
         if cgroups is not None and cgroups.open(name) is not None:
             self._executors[(fid, eid)] = self._containerizer.recover(name, pid, sandbox)
 
-    def executor_resources(self, fid: FrameworkID, eid: ExecutorID) -> Resources:
-        """An executor's own resources plus those of its tasks that are not over."""
-        state = self._core().state
-        executor = state.executors.get((fid, eid))
-        if executor is None:
-            return Resources()
-        total = executor.info.resources
-        for task_id in sorted(executor.live):
-            task = state.tasks.get((fid, task_id))
-            if task is not None:
-                total = total + task.info.resources
-        return total
-
-    def _resize(self, message: Message) -> None:
-        if isinstance(message, LaunchTaskGroup):
-            fid, eid = message.framework_id, message.executor.executor_id
-        elif isinstance(message, LaunchTask) and message.task.executor is not None:
-            fid, eid = message.framework_id, message.task.executor.executor_id
-        else:
-            return
+    def resize(self, fid: FrameworkID, eid: ExecutorID, resources: Resources) -> None:
+        """The core sized a custom executor's container (ResizeExecutor): apply it, if the
+        executor has a container of its own."""
         container = self._executors.get((fid, eid))
         if container is None:
             return
-        limits = limits_of(self.executor_resources(fid, eid), self._containerizer.config)
+        limits = limits_of(resources, self._containerizer.config)
         try:
             container.update(limits)
         except (OSError, CgroupError, ValueError) as exc:
@@ -186,10 +149,10 @@ class AgentContainment:
             limitation = own.limitation()
             own.destroy()
         cgroups = self.cgroups
-        executor = self._core().state.executors.get((fid, eid))
-        if cgroups is None or executor is None:
+        if cgroups is None:
             return limitation
-        for task_id in sorted(executor.tasks):
+        for task in self._core().tasks_of(fid, eid):
+            task_id = task.info.task_id
             cgroup = cgroups.open(container_name(fid, task_id))
             if cgroup is None:
                 continue
@@ -229,7 +192,7 @@ class AgentContainment:
             return ()
         live = [
             (task.framework_id, task.executor_id, task.info.task_id)
-            for task in self._core().state.tasks.values()
+            for task in self._core().tasks().values()
             if task.launched and not is_final(task.state)
         ]
         try:

@@ -62,7 +62,7 @@ class CoreFeed:
         self._pending.extend(actions)
         core = self._core()
         if self._history.enabled:
-            self._history.settled(core.state.tasks)
+            self._history.settled(core.tasks())
         self._checkpoint().save(core.checkpoint())
         if not self._in_burst:
             self.flush()
@@ -72,8 +72,8 @@ class CoreFeed:
         self._pending.extend(actions)
         core = self._core()
         if self._history.enabled:
-            self._history.recovered(core.state.tasks)  # launched before the restart
-            self._history.settled(core.state.tasks)
+            self._history.recovered(core.tasks())  # launched before the restart
+            self._history.settled(core.tasks())
         self._checkpoint().save(core.checkpoint())
         self.flush()
 

@@ -267,6 +267,7 @@ class AgentDaemon:
             port=port_of(self._endpoint),
             http_port=self._http_port,
             address=self._settings.advertise_host if self._http_port else "",
+            gpus=self._containment.assignable_gpus(),
         )
         self._core = Agent(self._config)
         self._launcher = ExecutorLauncher(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from agora.agent.core.state import Task
+from agora.agent.core import Task
 from agora.sdk.daemon.history import History
 from agora.sdk.ids import FrameworkID, TaskID
 from agora.sdk.messages import (

@@ -75,14 +75,13 @@ def state_json(
 ) -> dict[str, Any]:
     """The ``/state`` document, as plain JSON values: the frameworks (their executors and
     tasks) whose principal ``shows`` says the caller may see (an operator sees every one)."""
-    st = core.state
     seen = {
-        fw.framework_id for fw in st.frameworks.values() if shows(fw.info.principal or None)
+        fw.framework_id for fw in core.frameworks().values() if shows(fw.info.principal or None)
     }
     return {
-        "agent_id": st.agent_id,
-        "registered": st.registered,
-        "hostname": st.config.hostname,
+        "agent_id": core.agent_id,
+        "registered": core.registered,
+        "hostname": core.config.hostname,
         "frameworks": [
             {
                 "id": fw.framework_id,
@@ -91,7 +90,7 @@ def state_json(
                 "executors": sorted(fw.executors),
                 "tasks": sorted(fw.tasks),
             }
-            for fw in st.frameworks.values()
+            for fw in core.frameworks().values()
             if fw.framework_id in seen
         ],
         "executors": [
@@ -103,7 +102,7 @@ def state_json(
                 "sandbox": ex.sandbox,
                 "tasks": sorted(ex.tasks),
             }
-            for ex in st.executors.values()
+            for ex in core.executors().values()
             if ex.framework_id in seen
         ],
         "tasks": [
@@ -116,7 +115,7 @@ def state_json(
                 "sandbox": f"frameworks/{task.framework_id}/executors/{task.executor_id}"
                 f"/tasks/{task.info.task_id}",
             }
-            for task in st.tasks.values()
+            for task in core.tasks().values()
             if task.framework_id in seen
         ],
     }
@@ -133,7 +132,7 @@ def find_sandbox(
                 raise FileReadError(400, f"bad {what} id: {problem}")
     candidates: list[str] = []
     if core is not None:
-        for task in core.state.tasks.values():
+        for task in core.tasks().values():
             if task.info.task_id != task_id:
                 continue
             if framework_id is not None and task.framework_id != framework_id:
@@ -185,7 +184,7 @@ def sandbox_owner(work_dir: str, core: Agent | None, sandbox: str) -> str | None
     parts = os.path.relpath(sandbox, os.path.realpath(work_dir)).split(os.sep)
     if core is None or len(parts) < 2 or parts[0] != "frameworks":
         return None
-    framework = core.state.frameworks.get(FrameworkID(parts[1]))
+    framework = core.framework(FrameworkID(parts[1]))
     return framework.info.principal if framework is not None else None
 
 

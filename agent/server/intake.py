@@ -80,7 +80,7 @@ class Intake:
         if isinstance(message, Error):
             log.warning("master_error", code=message.code.value, message=message.message)
         elif isinstance(message, KillTask):
-            task = core.state.tasks.get((message.framework_id, message.task_id))
+            task = core.task(message.framework_id, message.task_id)
             log.info(
                 "kill_received",
                 framework_id=message.framework_id,
@@ -93,7 +93,7 @@ class Intake:
             self._outbox.master_reads_batches = BATCHES in message.master_info.features
         for part in unbatch(message):
             if self._history.enabled:
-                self._history.from_master(part, received.epoch, core.state.master_epoch)
+                self._history.from_master(part, received.epoch, core.master_epoch)
             self._feed("from_master", core.from_master, part, received.epoch, time.time())
 
     def from_executor(self, received: Received) -> None:

@@ -96,7 +96,7 @@ class ExecutorLauncher:
                 user = None
             starter = None
             if not (action.builtin or runs_default_executor(action.info)):
-                starter = self._containment.executor_starter(fid, eid, action.info, required)
+                starter = self._containment.executor_starter(action, required)
             env = executor_environment(
                 self._environ,
                 drop=self._drop_env,

@@ -32,8 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Protocol
 
-from agora.agent.core import Agent
-from agora.agent.core.state import ExecutorState, is_final
+from agora.agent.core import Agent, ExecutorState, is_final
 from agora.sdk.messages import ContainerUsage, TaskState
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
@@ -72,7 +71,7 @@ class AgentCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         core = self._core()
-        registered = core is not None and core.state.registered
+        registered = core is not None and core.registered
         yield _gauge("agora_agent_registered", "1 if registered with a master", registered)
         counters = self._counters
         if counters is not None:
@@ -105,20 +104,19 @@ class AgentCollector(Collector):
 
 
 def _core_metrics(core: Agent) -> Iterator[Metric]:
-    st = core.state
     tasks = dict.fromkeys((s.value for s in TaskState), 0)
     used_milli = dict.fromkeys(SCALARS, 0)
-    for task in st.tasks.values():
+    for task in core.tasks().values():
         tasks[task.state.value] += 1
         if not is_final(task.state):
             _add(used_milli, task.info.resources.scalar_totals_milli())
     executors = dict.fromkeys((s.value for s in ExecutorState), 0)
-    for ex in st.executors.values():
+    for ex in core.executors().values():
         executors[ex.state.value] += 1
         if not ex.builtin:  # the built-in executor holds nothing of its own
             _add(used_milli, ex.info.resources.scalar_totals_milli())
     total_milli = dict.fromkeys(SCALARS, 0)
-    _add(total_milli, st.config.resources.scalar_totals_milli())
+    _add(total_milli, core.config.resources.scalar_totals_milli())
     yield _labelled("agora_agent_tasks", "tasks on this agent, by state", "state", tasks)
     yield _labelled(
         "agora_agent_executors", "executors on this agent, by state", "state", executors
@@ -138,7 +136,7 @@ def _core_metrics(core: Agent) -> Iterator[Metric]:
     yield _gauge(
         "agora_agent_status_updates_pending",
         "status updates not yet acknowledged by the master",
-        st.updates.unacknowledged(),
+        core.unacknowledged_updates(),
     )
 
 

@@ -1,9 +1,11 @@
 """Carrying out what the agent core said: its actions, performed in the order it gave them.
 
-Messages to the master and to executors pass through the containment (GPU assignment and executor
-sizing, see :mod:`agora.agent.server.containment`) and are queued on the outbox; a PONG carries the
-sandboxes' disk usage too. Executors are launched and signalled in place. An executor refused for
-a wrong secret is counted and logged, a few a second per peer (the rest summarised on the tick).
+Messages to the master and to executors are queued on the outbox; a PONG carries the containers'
+usage (:mod:`agora.agent.server.containment`) and the sandboxes' disk usage. The core has already
+put each task's GPUs in its launch; a custom executor's container is resized as the core says
+(``ResizeExecutor``), and a task left without the GPUs it asked for is logged.
+Executors are launched and signalled in place. An executor refused for a wrong secret is
+counted and logged, a few a second per peer (the rest summarised on the tick).
 A launch that fails is handed back to the caller, to be reported to the core once the whole batch
 is out, so that what the core said first also goes out first.
 """
@@ -16,7 +18,9 @@ from collections.abc import Callable, Iterable
 import structlog
 from agora.agent.core import (
     ExecutorRefused,
+    GpusUnavailable,
     LaunchExecutor,
+    ResizeExecutor,
     SignalExecutor,
     Terminate,
     ToExecutor,
@@ -99,7 +103,7 @@ class ActionPerformer:
                     )
                 self._outbox.put(None, message)
             elif isinstance(action, ToExecutor):
-                message = self._containment.to_executor(action.message)
+                message = action.message
                 if isinstance(message, KillTask):
                     log.info(
                         "kill_forwarded",
@@ -127,6 +131,10 @@ class ActionPerformer:
                         peer=action.peer,
                         reason=action.reason,
                     )
+            elif isinstance(action, ResizeExecutor):
+                self._containment.resize(action.framework_id, action.executor_id, action.resources)
+            elif isinstance(action, GpusUnavailable):
+                log.error("gpu_assignment_failed", task_id=action.task_id, error=action.error)
             elif isinstance(action, Terminate):
                 log.warning("agent_terminated_by_master", reason=action.reason)
                 self._terminate(action.reason)

@@ -3,7 +3,7 @@
 The executor socket is bound where the previous agent process had it when executors from then are
 still running (they reconnect there), else afresh; executors are told the advertised endpoint (a
 wildcard bind is reached through loopback). The containment wraps the containerizer with the
-isolators chosen for this host, the image store, the GPUs (with ``gpu/nvidia``) and, under
+isolators chosen for this host, the image store and, under
 isolation, the fork server that forks custom executors' containers.
 """
 
@@ -16,14 +16,12 @@ from typing import Final
 from agora.agent.containers.cgroups import Cgroups
 from agora.agent.containers.containerizer import Containerizer
 from agora.agent.containers.forkserver import ForkServer
-from agora.agent.containers.gpus import GpuAllocator
 from agora.agent.containers.isolation import ContainerConfig
 from agora.agent.core import Agent
 from agora.agent.server.checkpointing import Checkpointer
 from agora.agent.server.config import DaemonSettings
 from agora.agent.server.containment import AgentContainment
 from agora.agent.server.executor_socket import bind_executor_socket, socket_dir, socket_modes
-from agora.agent.server.gpu_assign import GpuAssignments
 from agora.sdk.daemon.images import ImageStore
 from agora.sdk.transport import ZmqServer
 
@@ -74,15 +72,11 @@ def make_containment(
     """The agent's containment, and the fork server it uses (None: not isolated; the caller
     closes it at the end)."""
     images = ImageStore(settings.image_store) if settings.image_store else None
-    gpus = None
-    if "gpu/nvidia" in containers.isolators:
-        gpus = GpuAssignments(GpuAllocator(settings.gpus), os.path.join(work_dir, "gpus.json"))
     # Custom executors' containers are forked by a small fork server (with a deadline on
     # each launch) and adopted by the agent, a subreaper, which reaps them.
     forkserver = ForkServer() if containers.isolated else None
     containment = AgentContainment(
         Containerizer(containers, cgroups, images, forkserver, agent_dir=socket_dir(endpoint)),
         core,
-        gpus,
     )
     return containment, forkserver
