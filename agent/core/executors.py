@@ -321,6 +321,11 @@ def on_shutdown_framework(st: AgentState, msg: ShutdownFramework, now: float) ->
     fw = st.frameworks.get(msg.framework_id)
     if fw is not None:
         shutdown_framework(st, fw, now)
+    else:
+        # Nothing of it ran here, but the agent may still owe it an update (the answer to a
+        # kill of a task it never heard of): nobody will acknowledge that any more, and the
+        # master says SHUTDOWN_FRAMEWORK again for every resend.
+        st.updates.remove_framework(msg.framework_id)
 
 
 def shutdown_framework(st: AgentState, fw: Framework, now: float) -> None:

@@ -35,6 +35,7 @@ from agora.agent.core.state import (
 from agora.sdk.ids import FrameworkID
 from agora.sdk.messages import (
     ExecutorInfo,
+    FrameworkCapability,
     FrameworkInfo,
     KillTask,
     Reason,
@@ -221,9 +222,10 @@ def on_kill_task(st: AgentState, msg: KillTask, now: float) -> None:
     """Kill a task: a queued one ends KILLED here; a launched one is the executor's to kill.
 
     A task the agent does not know (its RUN_TASK was lost, or it is long over) is answered
-    TASK_LOST with reason TASK_UNKNOWN (LOST whether or not the framework is partition-aware:
-    the master translates nothing; the agent keeps it simple), unless an update for it is still
-    on its way."""
+    with reason TASK_UNKNOWN, unless an update for it is still on its way: TASK_DROPPED for a
+    partition-aware framework (the launch never reached an executor; such a framework must
+    never hear LOST), TASK_LOST otherwise. Whether it is partition-aware comes with the
+    KILL_TASK, as the agent may never have heard of the framework either."""
     fid, tid = msg.framework_id, msg.task_id
     fw = st.frameworks.get(fid)
     if fw is not None and fw.terminating:
@@ -231,8 +233,12 @@ def on_kill_task(st: AgentState, msg: KillTask, now: float) -> None:
     task = st.tasks.get((fid, tid))
     if task is None:
         if (fid, tid) not in st.updates:
+            aware = msg.partition_aware or (
+                fw is not None and FrameworkCapability.PARTITION_AWARE in fw.info.capabilities
+            )
+            state = TaskState.DROPPED if aware else TaskState.LOST
             status = st.agent_status(
-                fid, tid, TaskState.LOST, Reason.TASK_UNKNOWN, now, message="Unknown task"
+                fid, tid, state, Reason.TASK_UNKNOWN, now, message="Unknown task"
             )
             st.report(fid, status, now)
         return

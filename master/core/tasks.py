@@ -135,7 +135,12 @@ def on_kill(st: MasterState, fw: Framework, msg: Kill, now: float) -> None:
     task.kill_id = msg.kill_id
     st.send_agent(
         task.agent_id,
-        KillTask(framework_id=fw.framework_id, task_id=msg.task_id, kill_id=msg.kill_id),
+        KillTask(
+            framework_id=fw.framework_id,
+            task_id=msg.task_id,
+            kill_id=msg.kill_id,
+            partition_aware=fw.partition_aware,
+        ),
     )
 
 
@@ -159,9 +164,15 @@ def resend_kills(st: MasterState, agent: Agent, reported: Iterable[AgentTask]) -
             kill_id=task.kill_id,
             agent_id=agent.agent_id,
         )
+        fw = st.frameworks.get(at.framework_id)
         st.send(
             agent.peer,
-            KillTask(framework_id=at.framework_id, task_id=at.task.task_id, kill_id=task.kill_id),
+            KillTask(
+                framework_id=at.framework_id,
+                task_id=at.task.task_id,
+                kill_id=task.kill_id,
+                partition_aware=fw is not None and fw.partition_aware,
+            ),
         )
 
 

@@ -114,6 +114,9 @@ class KillTask(Message, frozen=True, kw_only=True):
     task_id: TaskID
     #: The id of the KILL this carries out, logged at every hop ("" from an older sender).
     kill_id: ShortStr = ""
+    #: Master -> agent: the framework is partition-aware, so a task the agent never heard of
+    #: (its RUN_TASK was lost) ends DROPPED rather than LOST (False from an older master).
+    partition_aware: bool = False
 
 
 class ShutdownExecutor(Message, frozen=True, kw_only=True):

@@ -125,6 +125,31 @@ def test_killing_an_unknown_task_answers_lost_once() -> None:
     assert states(forwarded(out)) == [("x", TaskState.LOST, Reason.TASK_UNKNOWN)]
 
 
+def test_a_partition_aware_frameworks_unknown_task_is_dropped_not_lost() -> None:
+    """A partition-aware framework must never hear LOST: the kill of a task whose RUN_TASK
+    never arrived says DROPPED (the master says whether the framework is partition-aware, as
+    the agent may never have heard of it). Found by the cluster simulation."""
+    h = registered()
+    message = KillTask(framework_id=FID, task_id=TaskID("ghost"), partition_aware=True)
+    update = only(forwarded(h.master(message)))
+    assert states([update]) == [("ghost", TaskState.DROPPED, Reason.TASK_UNKNOWN)]
+
+
+def test_shutting_down_an_unknown_framework_drops_the_updates_owed_to_it() -> None:
+    """The answer to a kill of a task the agent never heard of is owed to a framework it does
+    not know; once the master says that framework is gone, nothing is left to resend. Found by
+    the cluster simulation: the agent resent that update forever."""
+    h = registered()
+    update = only(forwarded(kill(h, "ghost")))
+    assert update.status.state is TaskState.LOST and len(h.st.updates) == 1
+    h.agent.checkpoint()
+    h.master(ShutdownFramework(framework_id=FID))
+    assert len(h.st.updates) == 0
+    assert forwarded(h.tick(advance=600.0)) == []
+    # The stream's end is made durable too: a restart does not bring the update back.
+    assert [type(r).__name__ for r in h.agent.checkpoint()] == ["Delete"]
+
+
 def test_killing_a_finished_task_does_nothing() -> None:
     h = registered()
     h.run("t1")

@@ -128,6 +128,14 @@ def test_kill_is_forwarded_to_the_agent() -> None:
     out = h.handle("s1", Kill(framework_id=fw, task_id=TaskID("t1"), agent_id=agent))
     kill = only(of_type(sent_to(out, "a1"), KillTask))
     assert kill.task_id == "t1"
+    assert kill.partition_aware is False
+
+
+def test_kill_tells_the_agent_the_framework_is_partition_aware() -> None:
+    """So that an agent that never got the task answers DROPPED, not LOST."""
+    h, agent, fw = _running_task(partition_aware=True)
+    out = h.handle("s1", Kill(framework_id=fw, task_id=TaskID("t1"), agent_id=agent))
+    assert only(of_type(sent_to(out, "a1"), KillTask)).partition_aware is True
 
 
 def test_kill_of_unknown_task_answers_like_reconciliation() -> None:
