@@ -29,12 +29,21 @@ from pathlib import Path
 
 import pytest
 from agora.sdk.messages import Ping, Pong, TaskState
-from support.sim.agent import AgentConfig
 from support.sim.clock import EventQueue, SimClock
+from support.sim.executor import ExecutorBehaviour
 from support.sim.framework import FrameworkSpec, FwTask
+from support.sim.host import HostConfig
 from support.sim.invariants import task_history_problem
 from support.sim.network import NetConfig, SimNetwork
-from support.sim.runner import Partitions, Scenario, SimulationFailure, replay_command, run
+from support.sim.runner import (
+    ClockJumps,
+    Crashes,
+    Partitions,
+    Scenario,
+    SimulationFailure,
+    replay_command,
+    run,
+)
 
 _SEED = os.environ.get("AGORA_SIM_SEED")
 SEEDS = [int(_SEED)] if _SEED else [1, 2, 3]
@@ -142,9 +151,35 @@ def gang_member_lost() -> Scenario:
             FrameworkSpec("plain"),
         ],
         duration=400.0,
-        agent=AgentConfig(stuck_kill_probability=0.5, duration=(20.0, 60.0)),
+        agent=HostConfig(
+            executor=ExecutorBehaviour(stuck_kill_probability=0.5, duration=(20.0, 60.0))
+        ),
         agent_partitions=[Partitions(3, AFTER_PING_TIMEOUT)],
         check_executors=False,
+    )
+
+
+def agent_restarts() -> Scenario:
+    """Agents crash (SIGKILL) and come back from their checkpoints: the executors they left
+    running re-register with the updates they could not send, tasks launched meanwhile wait
+    for them, and the master hears every task end exactly once."""
+    return Scenario(
+        "agent_restarts",
+        _frameworks(gangs=True),
+        duration=400.0,
+        agent_crashes=[Crashes(8, (0.5, 20.0))],
+        check_executors=False,
+    )
+
+
+def clock_jumps() -> Scenario:
+    """Agents' clocks leap forward (an NTP step, a resumed VM): their timers fire early, past
+    the master timeout too, and nothing may be lost or run twice."""
+    return Scenario(
+        "clock_jumps",
+        _frameworks(),
+        duration=400.0,
+        clock_jumps=[ClockJumps(8, (5.0, 150.0))],
     )
 
 
@@ -164,6 +199,8 @@ def chaos() -> Scenario:
             Partitions(2, (5.0, 50.0)),
             Partitions(1, (30.0, 60.0), target="brief"),
         ],
+        agent_crashes=[Crashes(3, (0.5, 20.0))],
+        clock_jumps=[ClockJumps(3, (5.0, 150.0))],
         check_executors=False,
     )
 
@@ -178,6 +215,8 @@ SCENARIOS: dict[str, Callable[[], Scenario]] = {
         framework_failover,
         gangs,
         gang_member_lost,
+        agent_restarts,
+        clock_jumps,
     )
 }
 
@@ -196,7 +235,14 @@ EXERCISED: dict[str, Callable[[dict[str, int]], bool]] = {
     "gang_member_lost": lambda s: (
         s["agents_marked_unreachable"] >= 2 and s["gang_kills"] > 0 and s["kills_swallowed"] > 0
     ),
-    "chaos": lambda s: s["frames_dropped"] > 0 and s["partitions"] > 0,
+    "agent_restarts": lambda s: s["agent_crashes"] >= 6 and s["final_FINISHED"] > 200,
+    "clock_jumps": lambda s: s["clock_jumps"] == 8 and s["final_FINISHED"] > 200,
+    "chaos": lambda s: (
+        s["frames_dropped"] > 0
+        and s["partitions"] > 0
+        and s["agent_crashes"] > 0
+        and s["clock_jumps"] > 0
+    ),
 }
 
 

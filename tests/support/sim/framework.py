@@ -1,20 +1,22 @@
-"""A simulated framework scheduler: subscribes, launches small tasks, acknowledges, reconciles.
+"""A simulated framework: the policy of a careful Mesos scheduler on the real driver core.
 
-It behaves as a careful Mesos scheduler should (the Mesos high-availability framework guide):
+The protocol (subscription, offers held, acknowledgements, batches, errors, epochs) is the real
+``SchedulerCore`` in :class:`~support.sim.driver.SimDriver`; this module is only what a
+framework author writes, the callbacks and the calls, as the Mesos high-availability framework
+guide asks:
 
-* SUBSCRIBE is retried until SUBSCRIBED; after the transport reports the connection lost it
-  re-subscribes with its framework id, then reconciles every task it has not seen finish.
-* Offers are held for a random "think time", then all held offers of one agent are used in
-  one ACCEPT (LAUNCH of command tasks, sometimes a LAUNCH_GROUP) or declined with a filter.
-* Every UPDATE that carries a uuid is acknowledged; every state it is told is recorded.
-* Tasks without news are reconciled; a task stuck without ever RUNNING (its launch was lost)
-  is killed, repeatedly, until some terminal state arrives.
-* A gang framework REQUESTs one gang at a time and accepts a gang bundle whole, with one
+* after a re-registration it reconciles every task it has not seen finish;
+* offers are held for a random "think time", then all held offers of one agent are used in
+  one ACCEPT (LAUNCH of command tasks, sometimes a LAUNCH_GROUP) or declined with a filter;
+* every state it is told is recorded (the driver acknowledges them);
+* tasks without news are reconciled; a task stuck without ever RUNNING (its launch was lost)
+  is killed, repeatedly, until some terminal state arrives;
+* a gang framework REQUESTs one gang at a time and accepts a gang bundle whole, with one
   LAUNCH_GROUP per agent. With ``kill_gang_on_loss`` it behaves as ``agora mpirun`` does: once
   one member of a gang is over (ended, lost, unreachable) it kills the others, and kills those
   that have not answered again after ``kill_resend`` seconds, with a SHUTDOWN of their
-  executor, until each answers.
-* Every KILL carries a fresh kill id, remembered so that the checks can follow it.
+  executor, until each answers;
+* every KILL carries a fresh kill id, remembered so that the checks can follow it.
 """
 
 from __future__ import annotations
@@ -22,48 +24,32 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, GangID, OfferID, TaskID
+from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, GangID, TaskID
 from agora.sdk.messages import (
-    Accept,
-    Acknowledge,
     CommandInfo,
-    Decline,
     Error,
-    ErrorCode,
     ExecutorInfo,
-    Failure,
     Filters,
     FrameworkCapability,
     FrameworkInfo,
-    GangExpired,
     GangRequest,
-    Heartbeat,
-    Kill,
-    Launch,
     LaunchGroup,
-    Message,
     Offer,
-    Offers,
     Operation,
     Placement,
     Reason,
-    Reconcile,
     ReconcileTask,
-    Request,
-    Rescind,
-    Shutdown,
-    Subscribe,
-    Subscribed,
     TaskGroupInfo,
     TaskInfo,
     TaskState,
-    Update,
+    TaskStatus,
     is_terminal,
 )
 from agora.sdk.resources import Resources
 
 from support.sim.clock import EventQueue
-from support.sim.network import MASTER, SimNetwork
+from support.sim.driver import SimDriver
+from support.sim.network import SimNetwork
 
 __all__ = ["FrameworkSpec", "FwTask", "SimFramework"]
 
@@ -118,6 +104,8 @@ class FwTask:
 
 
 class SimFramework:
+    """The scheduler's callbacks and its timers (see the module docstring)."""
+
     def __init__(
         self,
         spec: FrameworkSpec,
@@ -128,22 +116,25 @@ class SimFramework:
         self.spec = spec
         self.name = spec.name
         self.queue = queue
-        self.net = net
         self.rng = rng
-        self.framework_id: FrameworkID | None = None
-        self.subscribed = False
-        self.removed = False
+        caps = (FrameworkCapability.PARTITION_AWARE,) if spec.partition_aware else ()
+        info = FrameworkInfo(
+            name=spec.name,
+            roles=("*",),
+            failover_timeout=spec.failover_timeout,
+            capabilities=caps,
+        )
+        self.driver = SimDriver(
+            spec.name, info, self, queue, net, subscribe_retry=spec.subscribe_retry
+        )
         self.launching = True
         self.tasks: dict[TaskID, FwTask] = {}
-        self.offers: dict[OfferID, Offer] = {}
         self.launched = 0
         self.subscriptions = 0
         self.errors: list[Error] = []
         self.foreign_offers: list[Offer] = []
         self.offers_before_subscribed = 0
-        self.unknown_updates: list[Update] = []
-        self.failures = 0
-        self.heartbeats = 0
+        self.unknown_updates: list[TaskStatus] = []
         self.gang_serial = 0
         self.pending_gang: GangRequest | None = None
         self.gang_requested_at = 0.0
@@ -154,133 +145,80 @@ class SimFramework:
         self._serial = 0
         self._deciding: set[AgentID] = set()
         self._next_implicit = 0.0
-        self._subscribing = False
-        net.attach(self.name, self.receive)
+
+    # --- what the runner and the checks read ----------------------------------------------
+    @property
+    def framework_id(self) -> FrameworkID | None:
+        return self.driver.framework_id
+
+    @property
+    def subscribed(self) -> bool:
+        return self.driver.core.subscribed
+
+    @property
+    def removed(self) -> bool:
+        return self.driver.stopped
 
     # --- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
-        self._subscribe()
+        self.driver.start()
         self.queue.later(5.0, self._periodic, f"{self.name} periodic")
 
     def stop_launching(self) -> None:
         self.launching = False
 
-    def _send(self, message: Message) -> None:
-        if not self.removed:
-            self.net.send(self.name, MASTER, message)
-
-    def _subscribe(self) -> None:
-        """Start the SUBSCRIBE retry loop, unless it already runs."""
-        if not self._subscribing:
-            self._subscribing = True
-            self._subscribe_attempt()
-
-    def _subscribe_attempt(self) -> None:
-        if self.subscribed or self.removed:
-            self._subscribing = False
-            return
-        caps = (FrameworkCapability.PARTITION_AWARE,) if self.spec.partition_aware else ()
-        info = FrameworkInfo(
-            name=self.name,
-            roles=("*",),
-            failover_timeout=self.spec.failover_timeout,
-            capabilities=caps,
-            framework_id=self.framework_id,
-        )
-        self._send(Subscribe(framework_info=info))
-        self.queue.later(
-            self.spec.subscribe_retry, self._subscribe_attempt, f"{self.name} subscribe"
-        )
-
     def connection_lost(self) -> None:
-        """The transport reports the connection to the master gone: re-subscribe."""
-        if self.removed:
-            return
-        self.subscribed = False
-        self.offers.clear()
-        self._subscribe()
+        self.driver.connection_lost()
 
-    # --- inbound -----------------------------------------------------------------------
-    def receive(self, sender: str, message: Message, epoch: int) -> None:
-        if self.removed:
-            return
-        if isinstance(message, Subscribed):
-            self._on_subscribed(message)
-        elif isinstance(message, Offers):
-            self._on_offers(message)
-        elif isinstance(message, Rescind):
-            self.offers.pop(message.offer_id, None)
-        elif isinstance(message, Update):
-            self._on_update(message)
-        elif isinstance(message, Error):
-            self._on_error(message)
-        elif isinstance(message, GangExpired):
-            if self.pending_gang is not None and message.gang_id == self.pending_gang.gang_id:
-                self.pending_gang = None
-                self._maybe_request_gang()
-        elif isinstance(message, Failure):
-            self.failures += 1
-        elif isinstance(message, Heartbeat):
-            self.heartbeats += 1
-
-    def _on_subscribed(self, msg: Subscribed) -> None:
-        if self.subscribed and msg.framework_id == self.framework_id:
-            return  # the answer to a retried SUBSCRIBE
-        resubscribed = self.framework_id is not None
-        self.framework_id = msg.framework_id
-        self.subscribed = True
+    # --- callbacks ---------------------------------------------------------------------
+    def registered(self, framework_id: FrameworkID) -> None:
         self.subscriptions += 1
-        if resubscribed:
-            self._reconcile([t for t in self.tasks.values() if not self._settled(t)])
+        self.pending_gang = None
+        self._maybe_request_gang()
+
+    def reregistered(self) -> None:
+        self.subscriptions += 1
+        self._reconcile([t for t in self.tasks.values() if not self._settled(t)])
         self.pending_gang = None  # a gang request does not outlive the subscription
         self._maybe_request_gang()
 
-    def _on_error(self, msg: Error) -> None:
-        self.errors.append(msg)
-        if msg.code is ErrorCode.FRAMEWORK_REMOVED:
-            self.removed = True
-            self.subscribed = False
-        elif msg.code in (ErrorCode.FORBIDDEN, ErrorCode.NOT_SUBSCRIBED) and self.subscribed:
-            # The master no longer takes us for subscribed on this connection.
-            self.subscribed = False
-            self._subscribe()
+    def disconnected(self) -> None:
+        pass
 
-    def _on_update(self, msg: Update) -> None:
-        status = msg.status
+    def error(self, message: Error) -> None:
+        self.errors.append(message)
+
+    def gang_expired(self, gang_id: GangID) -> None:
+        if self.pending_gang is not None and gang_id == self.pending_gang.gang_id:
+            self.pending_gang = None
+            self._maybe_request_gang()
+
+    def status_update(self, status: TaskStatus) -> None:
         task = self.tasks.get(status.task_id)
         if task is None:
-            self.unknown_updates.append(msg)
+            self.unknown_updates.append(status)
+            return
+        task.states.append(status.state)
+        if status.uuid is not None:
+            kind = "stream"
+        elif status.reason is Reason.RECONCILIATION:
+            kind = "reconcile"
+        elif status.reason is Reason.AGENT_REREGISTERED:
+            kind = "reregistered"
         else:
-            task.states.append(status.state)
-            if status.uuid is not None:
-                kind = "stream"
-            elif status.reason is Reason.RECONCILIATION:
-                kind = "reconcile"
-            elif status.reason is Reason.AGENT_REREGISTERED:
-                kind = "reregistered"
-            else:
-                kind = "master"
-            task.kinds.append(kind)
-            task.last_news = self.queue.clock.now
-            if self.spec.kill_gang_on_loss and task.gang is not None and _over(status.state):
-                self._kill_gang(task.gang)
-        if status.uuid is not None and self.framework_id is not None:
+            kind = "master"
+        task.kinds.append(kind)
+        task.last_news = self.queue.clock.now
+        if status.uuid is not None:
             assert status.agent_id is not None, (
                 f"{self.name}: update with a uuid but no agent: {status}"
             )
-            self._send(
-                Acknowledge(
-                    framework_id=self.framework_id,
-                    agent_id=status.agent_id,
-                    task_id=status.task_id,
-                    uuid=status.uuid,
-                )
-            )
+        if self.spec.kill_gang_on_loss and task.gang is not None and _over(status.state):
+            self._kill_gang(task.gang)
 
-    # --- offers ------------------------------------------------------------------------
-    def _on_offers(self, msg: Offers) -> None:
+    def offers(self, offers: list[Offer]) -> None:
         gangs: dict[GangID, list[Offer]] = {}
-        for offer in msg.offers:
+        for offer in offers:
             if self.framework_id is None:
                 # SUBSCRIBED was lost, so we cannot tell these are ours. Our retried SUBSCRIBE
                 # re-subscribes, and the master takes back the offers of the first one.
@@ -292,7 +230,6 @@ class SimFramework:
             if offer.gang_id is not None:
                 gangs.setdefault(offer.gang_id, []).append(offer)
                 continue
-            self.offers[offer.offer_id] = offer
             if offer.agent_id not in self._deciding:
                 self._deciding.add(offer.agent_id)
                 self.queue.later(
@@ -303,14 +240,12 @@ class SimFramework:
         for gang_id, parts in sorted(gangs.items()):
             self._on_gang_offer(gang_id, parts)
 
+    # --- offers ------------------------------------------------------------------------
     def _decide(self, agent_id: AgentID) -> None:
         self._deciding.discard(agent_id)
-        held = [o for o in self.offers.values() if o.agent_id == agent_id]
-        if not held or not self.subscribed or self.framework_id is None:
+        held = self.driver.held(agent_id)
+        if not held or not self.subscribed:
             return
-        for o in held:
-            del self.offers[o.offer_id]
-        offer_ids = tuple(o.offer_id for o in held)
         pool = Resources()
         for o in held:
             pool = pool + o.resources
@@ -331,24 +266,17 @@ class SimFramework:
                 used = used + shape
                 infos.append(self._task_info(agent_id, shape))
         refuse = Filters(refuse_seconds=round(self.rng.uniform(0.5, 5.0), 3))
+        core = self.driver.core
         if not infos:
-            self._send(Decline(framework_id=self.framework_id, offer_ids=offer_ids, filters=refuse))
-            return
-        op: Operation
-        if len(infos) > 1 and self.rng.random() < self.spec.group_probability:
+            core.decline(held, refuse)
+        elif len(infos) > 1 and self.rng.random() < self.spec.group_probability:
             executor = self._executor(f"grp-{infos[0].task_id}")
-            op = LaunchGroup(executor=executor, task_group=TaskGroupInfo(tasks=tuple(infos)))
+            self._record_launch(infos, None)
+            core.launch_group(held, executor, infos, refuse)
         else:
-            op = Launch(task_infos=tuple(infos))
-        self._record_launch(infos, None)
-        self._send(
-            Accept(
-                framework_id=self.framework_id,
-                offer_ids=offer_ids,
-                operations=(op,),
-                filters=refuse,
-            )
-        )
+            self._record_launch(infos, None)
+            core.launch(held, infos, refuse)
+        self.driver.flush()
 
     def _task_info(self, agent_id: AgentID, shape: Resources) -> TaskInfo:
         self._serial += 1
@@ -385,8 +313,6 @@ class SimFramework:
             or self.pending_gang is not None
         ):
             return
-        if self.framework_id is None:
-            return
         count = self.rng.randint(2, 4)
         if self.launched + count > self.spec.max_tasks:
             return
@@ -402,20 +328,15 @@ class SimFramework:
         )
         self.pending_gang = gang
         self.gang_requested_at = self.queue.clock.now
-        self._send(Request(framework_id=self.framework_id, gangs=(gang,)))
+        self.driver.core.request([gang])
+        self.driver.flush()
 
     def _on_gang_offer(self, gang_id: GangID, parts: list[Offer]) -> None:
-        assert self.framework_id is not None
-        ids = tuple(o.offer_id for o in parts)
+        core = self.driver.core
         gang = self.pending_gang
         if gang is None or gang.gang_id != gang_id or not self.launching:
-            self._send(
-                Decline(
-                    framework_id=self.framework_id,
-                    offer_ids=ids,
-                    filters=Filters(refuse_seconds=1.0),
-                )
-            )
+            core.decline(parts, Filters(refuse_seconds=1.0))
+            self.driver.flush()
             return
         ops: list[Operation] = []
         infos: list[TaskInfo] = []
@@ -438,14 +359,8 @@ class SimFramework:
         self._record_launch(infos, gang_id)
         for task_id, executor_id in executors.items():
             self.tasks[task_id].executor_id = executor_id
-        self._send(
-            Accept(
-                framework_id=self.framework_id,
-                offer_ids=ids,
-                operations=tuple(ops),
-                filters=Filters(refuse_seconds=1.0),
-            )
-        )
+        core.accept(parts, ops, Filters(refuse_seconds=1.0))
+        self.driver.flush()
         self._maybe_request_gang()
 
     # --- timers ------------------------------------------------------------------------
@@ -460,7 +375,7 @@ class SimFramework:
             return
         now = self.queue.clock.now
         self.queue.later(5.0, self._periodic, f"{self.name} periodic")
-        if not self.subscribed or self.framework_id is None:
+        if not self.subscribed:
             return
         stale = [
             t
@@ -488,42 +403,30 @@ class SimFramework:
             if t.gang is not None and now - t.kill_sent_at >= self.spec.kill_resend:
                 self._kill(t)  # pressed as agora mpirun presses: again, and its executor
                 if t.executor_id is not None:
-                    self._send(
-                        Shutdown(
-                            framework_id=self.framework_id,
-                            executor_id=t.executor_id,
-                            agent_id=t.agent_id,
-                        )
-                    )
+                    self.driver.core.shutdown_executor(t.agent_id, t.executor_id)
         if now >= self._next_implicit:
             self._next_implicit = now + self.spec.implicit_reconcile_every
-            self._send(Reconcile(framework_id=self.framework_id))
+            self.driver.core.reconcile([])
         gang = self.pending_gang
         if gang is not None and now - self.gang_requested_at > gang.hold_timeout + 30.0:
             # Neither a bundle nor GANG_EXPIRED arrived: the request or its answer was lost.
             self.pending_gang = None
         self._maybe_request_gang()
+        self.driver.flush()
 
     # --- kills -------------------------------------------------------------------------
     def _kill(self, task: FwTask) -> None:
-        assert self.framework_id is not None
         kill_id = f"{self.name}-k{len(self.kills) + 1}"
         self.kills[kill_id] = task.task_id
         if not task.kill_ids:
             task.states_before_kill = len(task.states)
         task.kill_ids.append(kill_id)
         task.kill_sent_at = self.queue.clock.now
-        self._send(
-            Kill(
-                framework_id=self.framework_id,
-                task_id=task.task_id,
-                agent_id=task.agent_id,
-                kill_id=kill_id,
-            )
-        )
+        self.driver.core.kill(task.task_id, task.agent_id, kill_id)
+        self.driver.flush()
 
     def _kill_gang(self, gang: GangID) -> None:
-        if not self.subscribed or self.framework_id is None:
+        if not self.subscribed:
             return  # the resend in _periodic catches up once subscribed
         for task in self.tasks.values():
             if task.gang == gang and not task.kill_ids and not _over_any(task.states):
@@ -538,10 +441,12 @@ class SimFramework:
         return bool(after) and _over(after[-1])
 
     def _reconcile(self, tasks: list[FwTask]) -> None:
-        if not tasks or self.framework_id is None:
+        if not tasks or not self.subscribed:
             return
-        items = tuple(ReconcileTask(task_id=t.task_id, agent_id=t.agent_id) for t in tasks)
-        self._send(Reconcile(framework_id=self.framework_id, tasks=items))
+        self.driver.core.reconcile(
+            [ReconcileTask(task_id=t.task_id, agent_id=t.agent_id) for t in tasks]
+        )
+        self.driver.flush()
 
 
 #: A gang member in one of these is gone for its gang (agora mpirun's rule).

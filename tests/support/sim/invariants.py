@@ -51,8 +51,8 @@ from agora.sdk.messages import (
 )
 from agora.sdk.resources import Resources
 
-from support.sim.agent import SimAgent
 from support.sim.framework import FwTask, SimFramework
+from support.sim.host import SimHost
 
 __all__ = ["Invariants", "Milli"]
 
@@ -91,7 +91,7 @@ class Invariants:
     def __init__(
         self,
         master: Master,
-        agents: Iterable[SimAgent],
+        agents: Iterable[SimHost],
         frameworks: Iterable[SimFramework],
         *,
         check_executors: bool = True,
@@ -105,7 +105,7 @@ class Invariants:
         #: How long an agent may physically run more than the master believes is free.
         self.overcommit_grace = overcommit_grace
         self._overcommitted: dict[AgentID, float] = {}
-        self._by_id: dict[AgentID, SimAgent] = {}
+        self._by_id: dict[AgentID, SimHost] = {}
         self.offered: set[OfferID] = set()
         self.checks = 0
 
@@ -231,16 +231,15 @@ class Invariants:
                 return
         running = sim.running()
         physical = dict(offered)
-        for rec in running:
-            assert rec.info is not None
-            _add(physical, rec.info.resources)
+        for _task_id, resources in running:
+            _add(physical, resources)
         total = sim.total.scalar_totals_milli()
         if _fits(physical, total):
             self._overcommitted.pop(aid, None)
             return
         since = self._overcommitted.setdefault(aid, now)
         assert now - since <= self.overcommit_grace, (
-            f"agent {aid} ({sim.name}) has run {sorted(r.task_id for r in running)} while "
+            f"agent {aid} ({sim.name}) has run {sorted(t for t, _r in running)} while "
             f"{_fmt(offered)} of it was offered, {_fmt(physical)} in all, over its total "
             f"{_fmt(total)}, for {now - since:.1f} s: the master re-offered resources in use"
         )
@@ -265,17 +264,10 @@ class Invariants:
         for agent in self.agents:
             running = agent.running()
             if running:
-                problems.append(f"agent {agent.name} still runs {[r.task_id for r in running]}")
+                problems.append(f"agent {agent.name} still runs {[t for t, _r in running]}")
             if agent.unacknowledged():
-                pending = {
-                    r.task_id: [s.state.name for s in r.stream]
-                    for r in agent.tasks.values()
-                    if r.stream
-                }
-                problems.append(f"agent {agent.name} still holds unacknowledged updates {pending}")
-            if agent.duplicate_runs:
                 problems.append(
-                    f"agent {agent.name} was asked to run tasks twice: {agent.duplicate_runs}"
+                    f"agent {agent.name} still holds unacknowledged updates {agent.pending()}"
                 )
         st = self.master.state
         if st.tasks:

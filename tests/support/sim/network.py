@@ -10,7 +10,9 @@ the wire format is exercised by every simulated exchange. The network can
   ``fifo_links=False`` lets frames overtake each other on one link too;
 * drop: each frame is lost with probability ``drop``;
 * partition: peers in the ``cut`` set neither send nor receive (frames already in flight
-  to or from them are dropped on arrival).
+  to or from them are dropped on arrival);
+* lose a peer: a peer that ``detach``es (a process that died) receives nothing more; frames
+  to it are dropped, as ZeroMQ drops what a ROUTER sends to a peer that is gone.
 
 All randomness comes from the ``random.Random`` handed in by the runner.
 """
@@ -58,11 +60,18 @@ class SimNetwork:
         self.dropped = 0
         self._receivers: dict[str, Receiver] = {}
         self._last_arrival: dict[tuple[str, str], float] = {}
+        self._gone: set[str] = set()
 
     def attach(self, name: str, receiver: Receiver) -> None:
         if name in self._receivers:
             raise ValueError(f"peer {name!r} is already attached")
         self._receivers[name] = receiver
+        self._gone.discard(name)
+
+    def detach(self, name: str) -> None:
+        """``name`` is gone (its process died); frames to it are dropped until it attaches again."""
+        if self._receivers.pop(name, None) is not None:
+            self._gone.add(name)
 
     def send(self, src: str, dst: str, message: Message, epoch: int = 0) -> None:
         frame = codec.encode(message, epoch=epoch)
@@ -71,6 +80,9 @@ class SimNetwork:
         crc = zlib.crc32(frame)
         self.sent += 1
         if dst not in self._receivers:
+            if dst in self._gone:
+                self._drop(now, "gone", src, dst, name, crc)
+                return
             raise AssertionError(f"{src} sent {name} to unknown peer {dst!r}")
         if src in self.cut or dst in self.cut:
             self._drop(now, "cut", src, dst, name, crc)
@@ -95,6 +107,9 @@ class SimNetwork:
         now = self.queue.clock.now
         if src in self.cut or dst in self.cut:
             self._drop(now, "cut", src, dst, name, crc)
+            return
+        if dst not in self._receivers:
+            self._drop(now, "gone", src, dst, name, crc)
             return
         self.trace.append((now, "recv", src, dst, name, crc))
         self._receivers[dst](src, envelope.message, envelope.epoch)

@@ -1,8 +1,11 @@
-"""Run one deterministic simulation of the real master core with simulated agents and frameworks.
+"""Run one deterministic simulation of the real cores: master, agents, executors, schedulers.
 
-``run(scenario, seed)`` builds a cluster, drives it for ``scenario.duration`` simulated
-seconds (partitions, drops and all), then stops new launches, heals the network and lets the
-cluster quiesce before the end-of-run checks. Everything random is drawn from one
+``run(scenario, seed)`` builds a cluster of the real master core, hosts running the real agent
+core and executor core (support/sim/host.py, executor.py) and frameworks on the real scheduler
+driver core (driver.py), drives it for ``scenario.duration`` simulated seconds (partitions,
+drops, agent crashes with restarts from their checkpoints, clock jumps), then stops new
+launches, heals the network, restarts every crashed agent and lets the cluster quiesce before
+the end-of-run checks. Everything random is drawn from one
 ``random.Random(seed)``, so a seed replays exactly; the network trace (every frame sent,
 delivered or dropped, with its CRC) is returned so that can be checked.
 
@@ -22,13 +25,15 @@ from agora.master.core import Master, MasterConfig, Send
 from agora.sdk.messages import Message, TaskState, is_terminal
 from agora.sdk.resources import Resources
 
-from support.sim.agent import AgentConfig, SimAgent
 from support.sim.clock import EventQueue, SimClock
 from support.sim.framework import FrameworkSpec, SimFramework
+from support.sim.host import HostConfig, SimHost
 from support.sim.invariants import Invariants
 from support.sim.network import MASTER, NetConfig, SimNetwork, TraceEntry
 
 __all__ = [
+    "ClockJumps",
+    "Crashes",
     "Partitions",
     "Scenario",
     "SimResult",
@@ -53,19 +58,40 @@ class Partitions:
 
 
 @dataclass(slots=True)
+class Crashes:
+    """``count`` agent crashes (SIGKILL of the agent process; its executors live on), each of a
+    random agent at a random time of the active phase, restarted after a random ``downtime``."""
+
+    count: int
+    downtime: tuple[float, float]
+
+
+@dataclass(slots=True)
+class ClockJumps:
+    """``count`` forward leaps of a random agent's clock, each of a random ``size``."""
+
+    count: int
+    size: tuple[float, float]
+
+
+@dataclass(slots=True)
 class Scenario:
     name: str
     frameworks: list[FrameworkSpec]
     agents: int = 6
     agent_resources: str = "cpus:8;mem:8192"
     net: NetConfig = field(default_factory=NetConfig)
-    agent: AgentConfig = field(default_factory=AgentConfig)
+    agent: HostConfig = field(default_factory=HostConfig)
+    #: The master pings agents this often (and marks one unreachable after 5 missed pings).
+    ping_interval: float = 15.0
     #: Active phase: frameworks launch, faults happen.
     duration: float = 300.0
     #: Partitions that each cut one random agent off the master.
     agent_partitions: list[Partitions] = field(default_factory=list)
     #: Partitions that each cut one scheduler off (the transport tells both ends).
     framework_partitions: list[Partitions] = field(default_factory=list)
+    agent_crashes: list[Crashes] = field(default_factory=list)
+    clock_jumps: list[ClockJumps] = field(default_factory=list)
     offer_timeout: float | None = None
     tick_interval: float = 0.5
     #: Give up waiting for quiescence after this many simulated seconds.
@@ -105,7 +131,7 @@ class Simulation:
         self.clock = SimClock()
         self.queue = EventQueue(self.clock)
         self.net = SimNetwork(self.queue, self.rng, replace(scenario.net))
-        ping = scenario.agent.ping_interval
+        ping = scenario.ping_interval
         self.master = Master(
             MasterConfig(
                 offer_timeout=scenario.offer_timeout,
@@ -115,7 +141,7 @@ class Simulation:
         )
         self.net.attach(MASTER, self._to_master)
         self.agents = [
-            SimAgent(
+            SimHost(
                 f"agent{i}",
                 Resources.parse(scenario.agent_resources),
                 self.queue,
@@ -184,11 +210,27 @@ class Simulation:
             fw = self.rng.choice(candidates)
             self._cut(fw.name, length, fw)
 
-    def _draw(self, plan: Partitions) -> list[tuple[float, float]]:
-        """Concrete (start, length) pairs; every partition heals within the active phase."""
+    def _crash(self, downtime: float) -> None:
+        candidates = [a for a in self.agents if a.up]
+        if candidates:
+            host = self.rng.choice(candidates)
+            host.crash()
+            self.stats["agent_crashes"] += 1
+            self.queue.later(downtime, host.restart, f"{host.name} restart")
+
+    def _jump(self, size: float) -> None:
+        host = self.rng.choice(self.agents)
+        host.jump_clock(size)
+        self.stats["clock_jumps"] += 1
+
+    def _draw(self, plan: Partitions | Crashes) -> list[tuple[float, float]]:
+        """Concrete (start, length) pairs; every partition heals (and every crashed agent is
+        back) within the active phase."""
         out = []
         for _ in range(plan.count):
-            length = self.rng.uniform(*plan.length)
+            length = self.rng.uniform(
+                *(plan.length if isinstance(plan, Partitions) else plan.downtime)
+            )
             start = self.rng.uniform(10.0, max(10.0, self.scenario.duration - length - 10.0))
             out.append((start, length))
         return out
@@ -230,12 +272,22 @@ class Simulation:
                     lambda length=length, name=plan.target: self._framework_partition(length, name),
                     "framework partition",
                 )
+        for crashes in sc.agent_crashes:
+            for start, downtime in self._draw(crashes):
+                q.at(start, lambda downtime=downtime: self._crash(downtime), "agent crash")
+        for jumps in sc.clock_jumps:
+            for _ in range(jumps.count):
+                size = self.rng.uniform(*jumps.size)
+                start = self.rng.uniform(10.0, sc.duration - 10.0)
+                q.at(start, lambda size=size: self._jump(size), "clock jump")
         q.run_until(sc.duration)
         # Quiesce: no new launches, no more faults, a healed network.
         for fw in self.frameworks:
             fw.stop_launching()
         self.net.config.drop = 0.0
         self.net.cut.clear()
+        for host in self.agents:
+            host.restart()
         deadline = sc.duration + sc.quiesce_max
         while self.clock.now < deadline and not self._quiet():
             q.run_until(self.clock.now + 10.0)
@@ -259,6 +311,7 @@ class Simulation:
         stats["kills_sent"] = sum(len(f.kills) for f in self.frameworks)
         stats["gang_kills"] = sum(f.gang_kills for f in self.frameworks)
         stats["kills_swallowed"] = sum(a.kills_swallowed for a in self.agents)
+
         for fw in self.frameworks:
             for task in fw.tasks.values():
                 if task.states:
