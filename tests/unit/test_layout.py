@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 from collections import defaultdict
+from itertools import pairwise
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,7 +76,7 @@ def find_cycle(graph: dict[str, dict[str, set[str]]]) -> list[str] | None:
         path.append(node)
         for nxt in sorted(graph.get(node, {})):
             if state.get(nxt) == 1:
-                return path[path.index(nxt) :] + [nxt]
+                return [*path[path.index(nxt) :], nxt]
             if nxt not in state and (found := visit(nxt)):
                 return found
         path.pop()
@@ -92,7 +93,7 @@ def test_folders_import_each_other_one_way_only() -> None:
     graph = folder_graph()
     cycle = find_cycle(graph)
     if cycle is not None:
-        hops = [f"{a} -> {b} in {sorted(graph[a][b])[:3]}" for a, b in zip(cycle, cycle[1:])]
+        hops = [f"{a} -> {b} in {sorted(graph[a][b])[:3]}" for a, b in pairwise(cycle)]
         raise AssertionError("folder cycle:\n  " + "\n  ".join(hops))
 
 
