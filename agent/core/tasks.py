@@ -32,13 +32,14 @@ from agora.agent.core.state import (
     Task,
     is_final,
 )
-from agora.sdk.ids import FrameworkID
+from agora.sdk.ids import FrameworkID, TaskID
 from agora.sdk.messages import (
     ExecutorInfo,
     FrameworkCapability,
     FrameworkInfo,
     KillTask,
     Reason,
+    ReconcileTasks,
     RunTask,
     RunTaskGroup,
     StatusSource,
@@ -53,6 +54,7 @@ __all__ = [
     "on_executor_update",
     "on_kill_task",
     "on_master_ack",
+    "on_reconcile_tasks",
     "on_run_task",
     "on_run_task_group",
     "path_problem",
@@ -215,7 +217,35 @@ def _assign(
         st.touch(ex)
 
 
-# --- killing -----------------------------------------------------------------------------
+# --- killing and reconciling ---------------------------------------------------------------
+
+
+def _unknown(
+    st: AgentState, fid: FrameworkID, tid: TaskID, partition_aware: bool, now: float
+) -> None:
+    """Say that this agent does not know the task (unless an update for it is on its way)."""
+    if (fid, tid) in st.updates:
+        return
+    fw = st.frameworks.get(fid)
+    aware = partition_aware or (
+        fw is not None and FrameworkCapability.PARTITION_AWARE in fw.info.capabilities
+    )
+    state = TaskState.DROPPED if aware else TaskState.LOST
+    status = st.agent_status(fid, tid, state, Reason.TASK_UNKNOWN, now, message="Unknown task")
+    st.report(fid, status, now)
+
+
+def on_reconcile_tasks(st: AgentState, msg: ReconcileTasks, now: float) -> None:
+    """The master has these tasks on this agent, which the agent did not report when it
+    re-registered: answer for each it does not know (see ``_unknown``); the others are here
+    (their launch arrived meanwhile) and their own updates speak for them."""
+    fw = st.frameworks.get(msg.framework_id)
+    if fw is not None and fw.terminating:
+        return
+    for tid in msg.task_ids:
+        if (msg.framework_id, tid) not in st.tasks:
+            _unknown(st, msg.framework_id, tid, msg.partition_aware, now)
+
 
 
 def on_kill_task(st: AgentState, msg: KillTask, now: float) -> None:
@@ -232,15 +262,7 @@ def on_kill_task(st: AgentState, msg: KillTask, now: float) -> None:
         return
     task = st.tasks.get((fid, tid))
     if task is None:
-        if (fid, tid) not in st.updates:
-            aware = msg.partition_aware or (
-                fw is not None and FrameworkCapability.PARTITION_AWARE in fw.info.capabilities
-            )
-            state = TaskState.DROPPED if aware else TaskState.LOST
-            status = st.agent_status(
-                fid, tid, state, Reason.TASK_UNKNOWN, now, message="Unknown task"
-            )
-            st.report(fid, status, now)
+        _unknown(st, fid, tid, msg.partition_aware, now)
         return
     if is_final(task.state):
         return

@@ -16,7 +16,7 @@ from agora.master.registry import (
     ReadmitAgent,
     RemoveAgent,
 )
-from agora.sdk.ids import AgentID, ExecutorID, FrameworkID
+from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, TaskID
 from agora.sdk.messages import (
     AgentInfo,
     AgentRegistered,
@@ -29,6 +29,7 @@ from agora.sdk.messages import (
     Ping,
     Pong,
     Reason,
+    ReconcileTasks,
     RegisterAgent,
     ReregisterAgent,
     ShutdownAgent,
@@ -184,6 +185,32 @@ def _reconnect(
         st.send(sender, ShutdownFramework(framework_id=framework_id))
     st.send(sender, AgentReregistered(agent_id=agent.agent_id, master_info=st.master_info))
     resend_kills(st, agent, msg.tasks)
+    _reconcile_unreported(st, sender, agent, msg.tasks)
+
+
+def _reconcile_unreported(
+    st: MasterState, sender: Peer, agent: Agent, reported: tuple[AgentTask, ...]
+) -> None:
+    """Tasks the master has on the agent that its report leaves out: their RUN_TASK reached a
+    restarting agent too late (or crossed the report). Ask the agent about them; it answers for
+    those it does not know, which otherwise would stay STAGING for ever (Mesos: the
+    ReconcileTasksMessage of reconcileKnownSlave)."""
+    known = {(at.framework_id, at.task.task_id) for at in reported}
+    missing: dict[FrameworkID, list[TaskID]] = defaultdict(list)
+    for key in sorted(agent.tasks):
+        task = st.tasks.get(key)
+        if key not in known and task is not None and not is_final(task.state):
+            missing[key[0]].append(key[1])
+    for framework_id, task_ids in sorted(missing.items()):
+        fw = st.frameworks.get(framework_id)
+        st.send(
+            sender,
+            ReconcileTasks(
+                framework_id=framework_id,
+                task_ids=tuple(task_ids),
+                partition_aware=fw is not None and fw.partition_aware,
+            ),
+        )
 
 
 def _readmit(

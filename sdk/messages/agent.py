@@ -30,6 +30,7 @@ __all__ = [
     "KillTask",
     "Ping",
     "Pong",
+    "ReconcileTasks",
     "RegisterAgent",
     "ReregisterAgent",
     "RunTask",
@@ -116,6 +117,21 @@ class KillTask(Message, frozen=True, kw_only=True):
     kill_id: ShortStr = ""
     #: Master -> agent: the framework is partition-aware, so a task the agent never heard of
     #: (its RUN_TASK was lost) ends DROPPED rather than LOST (False from an older master).
+    partition_aware: bool = False
+
+
+class ReconcileTasks(Message, frozen=True, kw_only=True):
+    """Master -> agent, after a re-registration from an agent the master kept active: tasks of
+    one framework the master has on the agent that the agent did not report. Their RUN_TASK was
+    sent while the agent was down (a quick restart) and never arrived, or crossed the
+    re-registration on the way. The agent answers each it does not know on its status update
+    stream, DROPPED for a partition-aware framework and LOST otherwise, reason TASK_UNKNOWN; a
+    task it knows (its launch arrived meanwhile) needs no answer. (Mesos: ReconcileTasksMessage
+    from reconcileKnownSlave.)"""
+
+    NAME: ClassVar[str] = "RECONCILE_TASKS"
+    framework_id: FrameworkID
+    task_ids: tuple[TaskID, ...]
     partition_aware: bool = False
 
 
@@ -206,6 +222,7 @@ MESSAGES: tuple[type[Message], ...] = (
     RunTask,
     RunTaskGroup,
     KillTask,
+    ReconcileTasks,
     ShutdownExecutor,
     ShutdownFramework,
     StatusUpdateMessage,

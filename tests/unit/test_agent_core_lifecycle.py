@@ -16,6 +16,7 @@ from agora.sdk.messages import (
     KillTask,
     LaunchTask,
     Reason,
+    ReconcileTasks,
     ReregisterExecutor,
     ShutdownExecutor,
     ShutdownFramework,
@@ -148,6 +149,22 @@ def test_shutting_down_an_unknown_framework_drops_the_updates_owed_to_it() -> No
     assert forwarded(h.tick(advance=600.0)) == []
     # The stream's end is made durable too: a restart does not bring the update back.
     assert [type(r).__name__ for r in h.agent.checkpoint()] == ["Delete"]
+
+
+def test_reconciling_tasks_answers_for_those_the_agent_never_got() -> None:
+    """After a quick restart the master asks about tasks the agent did not report: the one
+    whose RUN_TASK was lost ends (DROPPED, or LOST for a framework that is not
+    partition-aware); one the agent runs, or still owes an update for, needs no answer."""
+    for aware, expected in ((True, TaskState.DROPPED), (False, TaskState.LOST)):
+        h = registered()
+        h.run("here")
+        message = ReconcileTasks(
+            framework_id=FID, task_ids=(TaskID("here"), TaskID("lost")), partition_aware=aware
+        )
+        update = only(forwarded(h.master(message)))
+        assert states([update]) == [("lost", expected, Reason.TASK_UNKNOWN)]
+        assert update.status.source is StatusSource.AGENT
+        assert forwarded(h.master(message)) == []  # its answer is still on its way
 
 
 def test_killing_a_finished_task_does_nothing() -> None:

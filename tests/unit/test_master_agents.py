@@ -18,6 +18,7 @@ from agora.sdk.messages import (
     Reason,
     Reconcile,
     ReconcileTask,
+    ReconcileTasks,
     RegisterAgent,
     ReregisterAgent,
     ShutdownAgent,
@@ -113,6 +114,33 @@ def test_spurious_reregistration_keeps_tasks() -> None:
     assert of_type(sent_to(out, "a1-new"), KillTask) == []  # type: ignore[arg-type]
     assert updates_in(out, "s1") == []  # type: ignore[arg-type]
     assert (fw, TaskID("t1")) in h.master.state.tasks
+
+
+def test_a_quick_restart_is_asked_about_the_tasks_it_did_not_report() -> None:
+    """An agent restarted before the master missed it re-registers without a task whose
+    RUN_TASK arrived while it was down: the master asks it (RECONCILE_TASKS), so that the task
+    does not stay STAGING for ever. Found by the simulation of the real cores."""
+    for partition_aware in (False, True):
+        h = Harness(_CFG)
+        agent = h.register_agent("a1", "cpus:4;mem:4096")
+        fw = h.subscribe("s1", partition_aware=partition_aware, failover_timeout=3600)
+        offer = only(offers_in(h.tick(), "s1"))
+        tasks = [("t1", "cpus:2;mem:1024", agent), ("t2", "cpus:1;mem:128", agent)]
+        h.launch("s1", fw, [offer], tasks)  # t2's RUN_TASK is lost on the way
+        out = _reregister(h, agent, fw)  # reports t1 only
+        ask = only(of_type(sent_to(out, "a1"), ReconcileTasks))  # type: ignore[arg-type]
+        assert ask == ReconcileTasks(
+            framework_id=fw,  # type: ignore[arg-type]
+            task_ids=(TaskID("t2"),),
+            partition_aware=partition_aware,
+        )
+        assert (fw, TaskID("t2")) in h.master.state.tasks  # the agent's answer ends it
+
+
+def test_a_reregistration_that_reports_every_task_asks_nothing() -> None:
+    h, agent, fw = _cluster(False)
+    out = _reregister(h, agent, fw)
+    assert of_type(sent_to(out, "a1"), ReconcileTasks) == []  # type: ignore[arg-type]
 
 
 def test_reregistration_kills_tasks_of_frameworks_torn_down_meanwhile() -> None:
