@@ -77,8 +77,21 @@ class GangQueue:
         if fw is None:
             raise AllocatorError(f"gang request from unknown framework {framework_id!r}")
         key = (framework_id, request.gang_id)
-        if key in self._gangs:
-            raise AllocatorError(f"{framework_id!r} already has a pending gang {request.gang_id!r}")
+        pending = self._gangs.get(key)
+        if pending is not None:
+            asked = (
+                request.role,
+                request.count,
+                request.shape.flatten(),
+                request.placement,
+                per_agent_cap(request.placement, request.max_per_agent, request.count),
+            )
+            if asked == (pending.role, pending.count, pending.shape, pending.placement, pending.cap):
+                # Asked again (a retry, or after re-subscribing): it keeps its place and deadline.
+                return
+            raise AllocatorError(
+                f"{framework_id!r} already has a different pending gang {request.gang_id!r}"
+            )
         if request.role not in fw.roles:
             raise AllocatorError(
                 f"gang {request.gang_id!r}: {framework_id!r} is not subscribed to role "

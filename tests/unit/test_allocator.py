@@ -678,11 +678,28 @@ def test_gang_request_errors() -> None:
     with pytest.raises(AllocatorError):
         a.request_gang(F1, gang_request("g", 1, "cpus:1", role="other"), 0)
     a.request_gang(F1, gang_request("g", 5, "cpus:1"), 0)
-    with pytest.raises(AllocatorError):
+    with pytest.raises(AllocatorError):  # the same id for another gang
         a.request_gang(F1, gang_request("g", 1, "cpus:1"), 0)
     a.cancel_gang(F1, GangID("g"))
     a.cancel_gang(F1, GangID("g"))  # not pending: nothing to do
     assert a.pending_gangs() == 0
+
+
+def test_the_same_gang_asked_again_keeps_its_place() -> None:
+    """A framework that asks again for a gang still pending (a retried REQUEST, or the batch
+    service re-requesting after a restart) is not refused: the request keeps its place in the
+    queue and its deadline. Found by the simulation's batch service."""
+    a = cluster(1, "cpus:1;mem:1024")
+    a.add_framework(F1, ["*"], 0)
+    a.add_framework(F2, ["*"], 0)
+    a.request_gang(F1, gang_request("first", 2, "cpus:1"), 0)  # cannot fit: waits at the head
+    a.request_gang(F2, gang_request("second", 1, "cpus:1"), 1)
+    a.request_gang(F1, gang_request("first", 2, "cpus:1", hold=300), 2)
+    assert a.pending_gangs() == 2
+    expired = a.expire(60.5)  # the first deadline holds: asking again did not extend it
+    assert [g.gang_id for g in expired] == ["first"]
+    with pytest.raises(AllocatorError, match="different pending gang"):
+        a.request_gang(F2, gang_request("second", 2, "cpus:1"), 3)
 
 
 def test_gangs_are_fifo_and_inactive_framework_waits() -> None:
