@@ -53,8 +53,10 @@ def _outcome(task: TaskRecord, job: JobRecord, status: TaskStatus) -> str:
         return "timeout"
     if task.kill_reason == "cancel" or job.cancelled:
         return "cancel"
-    if task.kill_reason == "gang":
-        return "loss"  # stopped because another rank ended: the culprit decides the verdict
+    if task.kill_reason in ("gang", "launch"):
+        # Stopped because another rank ended (the culprit decides the verdict), or never
+        # started in time (its launch was lost): not the task's fault.
+        return "loss"
     if status.state in _LOSSES:
         return "loss"
     return "failure"
@@ -69,6 +71,7 @@ def attempt_ended(
     core.active.pop(task.task_id, None)
     core.active_per_job[job.job_id] = core.active_per_job.get(job.job_id, 1) - 1
     core.killing.pop(task.task_id, None)
+    core.launched.pop(task.task_id, None)
     core.unreachable.pop(task.task_id, None)
     if task.start_time is not None:
         core.fairshare.ended(spec.user, spec.cpus, now - task.start_time, now)

@@ -59,6 +59,9 @@ class CoreConfig:
     half_life: float = 3600.0
     #: Seconds an offer that nothing fits is refused for (the master re-offers after it).
     refuse_seconds: float = 2.0
+    #: A launched attempt not RUNNING after this long is killed and requeued without using a
+    #: retry: its launch was lost on the way (the master still says STAGING), or it is stuck.
+    launch_timeout: float = 300.0
 
 
 _INFRA_LOSS = frozenset(
@@ -82,6 +85,7 @@ class BatchCore:
         self.waiting: set[int] = set()  # jobs held by their dependencies
         self.gangs: dict[int, str] = {}  # gang job -> outstanding gang id
         self.killing: dict[str, float] = {}  # task id -> when the last kill went out
+        self.launched: dict[str, float] = {}  # STARTING attempt -> when launched (or loaded)
         self.unreachable: dict[str, float] = {}  # task id -> since when
         self.dependents: dict[int, set[int]] = {}  # job -> jobs that wait for it
         self._dirty_jobs: dict[int, JobRecord] = {}
@@ -109,6 +113,8 @@ class BatchCore:
         for task in (t for ts in self.tasks.values() for t in ts):
             if task.state.active:
                 self.active[task.task_id] = task
+                if task.state is TaskState.STARTING:
+                    self.launched[task.task_id] = now
                 self.active_per_job[task.job_id] = self.active_per_job.get(task.job_id, 0) + 1
                 self.fairshare.started(self.jobs[task.job_id].spec.user, self._cpus(task))
         for job_id in list(self.jobs):
@@ -250,6 +256,7 @@ class BatchCore:
         task.cpu_seconds = task.max_rss_bytes = None
         self._mark(task)
         self.active[task.task_id] = task
+        self.launched[task.task_id] = now
         self.active_per_job[job.job_id] = self.active_per_job.get(job.job_id, 0) + 1
         self.fairshare.started(job.spec.user, self._cpus(task))
         return task_info(job, task, offer, used)
@@ -314,6 +321,7 @@ class BatchCore:
         if state is AgoraState.RUNNING:
             self.unreachable.pop(task.task_id, None)
             if task.state is TaskState.STARTING:
+                self.launched.pop(task.task_id, None)
                 task.state = TaskState.RUNNING
                 task.start_time = now
                 self._mark(task)
@@ -348,6 +356,14 @@ class BatchCore:
                 and not task.kill_reason
             ):
                 task.kill_reason = "timeout"
+                self._mark(task)
+                actions.append(self._kill(task, now))
+            elif (
+                task.state is TaskState.STARTING
+                and not task.kill_reason
+                and now - self.launched.get(task.task_id, now) >= self.config.launch_timeout
+            ):
+                task.kill_reason = "launch"
                 self._mark(task)
                 actions.append(self._kill(task, now))
             elif task.kill_reason and now - self.killing.get(task.task_id, 0.0) >= (

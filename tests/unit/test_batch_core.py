@@ -232,6 +232,26 @@ def test_time_limit_kills_then_times_out_without_retry() -> None:
     assert launched(h.give(T0 + 500)) == []
 
 
+@pytest.mark.parametrize("answer", [S.DROPPED, S.KILLED])
+def test_an_attempt_that_never_starts_is_killed_and_requeued_without_a_retry(answer: S) -> None:
+    """Its RUN_TASK was lost on the way (the master keeps answering STAGING): after
+    ``launch_timeout`` the attempt is killed and requeued as a loss, not a failure. Found by the
+    simulation, where such a task waited for ever."""
+    h = Harness(dataclasses.replace(CFG, launch_timeout=60.0))
+    h.submit(1, spec(retries=0))
+    (info,) = launched(h.give())
+    assert h.update(1, 0, S.STAGING, T0 + 30) == []  # reconciliation: still staging
+    assert kills(h.core.tick(T0 + 59.9)) == set()
+    assert kills(h.core.tick(T0 + 60)) == {info.task_id}
+    assert kills(h.core.tick(T0 + 60 + CFG.kill_resend)) == {info.task_id}  # until answered
+    h.update(1, 0, answer, T0 + 75)
+    task = h.task(1, 0)
+    assert task.state is TaskState.PENDING and task.losses == 1 and task.failures == 0
+    assert len(launched(h.give(T0 + 76))) == 1 and task.attempt == 2
+    h.run(1, 0, T0 + 80)
+    assert kills(h.core.tick(T0 + 80 + 600)) == set()  # running: no launch timeout any more
+
+
 # ---------------------------------------------------------------------- cancelling
 
 
