@@ -86,7 +86,8 @@ class GangQueue:
                 request.placement,
                 per_agent_cap(request.placement, request.max_per_agent, request.count),
             )
-            if asked == (pending.role, pending.count, pending.shape, pending.placement, pending.cap):
+            held = (pending.role, pending.count, pending.shape, pending.placement, pending.cap)
+            if asked == held:
                 # Asked again (a retry, or after re-subscribing): it keeps its place and deadline.
                 return
             raise AllocatorError(
