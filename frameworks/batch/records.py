@@ -66,8 +66,8 @@ class TaskRecord:
     ``attempt`` counts launches; ``failures`` the failed attempts (retries used); ``losses`` the
     attempts lost to the infrastructure (requeued without using a retry). ``not_before``: a
     retry waits until then. ``kill_reason``: why the service asked to kill the running attempt
-    ("timeout", "cancel", "gang", "launch"), which decides its final state. ``exit_code`` is the last
-    attempt's; ``cpu_seconds`` and ``max_rss_bytes`` what its agent measured.
+    ("timeout", "cancel", "gang", "launch"), which decides its final state. ``exit_code`` is the
+    last attempt's; ``cpu_seconds`` and ``max_rss_bytes`` what its agent measured.
     """
 
     job_id: int
