@@ -99,6 +99,7 @@ def reregister_message(st: AgentState) -> ReregisterAgent:
                 state=task.state,
                 status_uuid=head.uuid if head is not None else None,
                 role=task.role,
+                status_state=head.state if head is not None else None,
             )
         )
     executors = tuple(ex.info for ex in st.executors.values() if not ex.builtin)

@@ -111,6 +111,10 @@ class Task:
     #: gone to a connection the agent had just left, so it is sent again when the agent
     #: re-registers still running the task (Mesos: the agent's ``killedTasks``).
     kill_id: str | None = None
+    #: Learnt from an agent's report (after a failover, or back from unreachable): the state of
+    #: the update at the head of its stream, not yet delivered. Reconciliation answers it until
+    #: an update of the task is forwarded (None: nothing pending).
+    reported_head: TaskState | None = None
 
     @property
     def key(self) -> TaskKey:

@@ -251,7 +251,9 @@ def _latest(st: MasterState, fw: Framework, task: Task, now: float) -> TaskStatu
     # task's update stream), not the agent's ``latest_state``. Answering with a queued terminal
     # state lets the stream's earlier updates reach the framework after it (RUNNING after
     # FINISHED). Resources still follow ``task.state``.
-    state = task.status.state if task.status is not None else task.state
+    # A task learnt from an agent's report with an update pending: that update's state.
+    head = task.reported_head if task.reported_head is not None else task.state
+    state = task.status.state if task.status is not None else head
     if agent is not None and agent.status is AgentStatus.UNREACHABLE and not is_final(task.state):
         state = TaskState.UNREACHABLE if fw.partition_aware else TaskState.LOST
     if task.status is None:

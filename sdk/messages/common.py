@@ -266,3 +266,8 @@ class AgentTask(Record, frozen=True, kw_only=True):
     status_uuid: Uuid | None = None
     #: The role the task's resources were allocated to (the offer's role).
     role: ShortStr = "*"
+    #: The state of the update at the head of the task's stream, the one not acknowledged yet
+    #: (None: nothing pending, or an older agent). A master that learns the task from this
+    #: report answers reconciliation with it, never with a ``state`` the stream has not
+    #: delivered yet (Mesos: ``status_update_state``).
+    status_state: TaskState | None = None

@@ -145,6 +145,7 @@ def test_reregistration_reports_tasks_executors_and_frameworks() -> None:
     cmd = by_id[TaskID("t-cmd")]
     assert cmd.state is TaskState.FINISHED  # the newest state the agent knows
     assert cmd.status_uuid == u1  # the head of the stream, still unacknowledged
+    assert cmd.status_state is TaskState.RUNNING  # and its state, for a new master's answers
     assert cmd.role == "batch"
     assert cmd.framework_id == FID
     custom_task = by_id[TaskID("t-custom")]

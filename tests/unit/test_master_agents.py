@@ -201,6 +201,30 @@ def test_unreachable_agents_beyond_the_cap_are_forgotten_oldest_first() -> None:
     assert h.master.state.agents[second].status is AgentStatus.UNREACHABLE
 
 
+def test_a_new_master_reconciles_a_reported_task_with_the_head_of_its_stream() -> None:
+    """After a failover, an agent reports a task that FINISHED while its RUNNING update is still
+    unacknowledged: until that update is forwarded, reconciliation answers RUNNING, never the
+    FINISHED the stream has not delivered (it would reach the framework after it). Found by the
+    simulation's master failover."""
+    h = Harness(_CFG)
+    fw = h.subscribe("s1", failover_timeout=3600)
+    agent = AgentID("a-old")
+    info = AgentInfo(hostname="a1", resources=Resources.parse("cpus:4;mem:4096"))
+    task = AgentTask(
+        task=task_info("t1", "cpus:1;mem:128", agent),
+        framework_id=fw,  # type: ignore[arg-type]
+        state=TaskState.FINISHED,
+        status_uuid=b"u" * 16,
+        status_state=TaskState.RUNNING,
+    )
+    h.handle("a1", ReregisterAgent(agent_id=agent, agent_info=info, tasks=(task,)))
+    ask = Reconcile(framework_id=fw, tasks=(ReconcileTask(task_id=TaskID("t1")),))  # type: ignore[arg-type]
+    assert only(updates_in(h.handle("s1", ask), "s1")).state is TaskState.RUNNING  # type: ignore[arg-type]
+    h.agent_update("a1", fw, "t1", TaskState.RUNNING)  # the stream delivers its head
+    h.agent_update("a1", fw, "t1", TaskState.FINISHED)
+    assert only(updates_in(h.handle("s1", ask), "s1")).state is TaskState.FINISHED  # type: ignore[arg-type]
+
+
 def test_reregistration_drops_executors_the_agent_no_longer_reports() -> None:
     from agora.sdk.ids import ExecutorID
     from agora.sdk.messages import Accept, CommandInfo, ExecutorInfo, Launch, TaskInfo

@@ -244,7 +244,7 @@ SPEC_RECORD_FIELDS: dict[str, tuple[str, ...]] = {
     "Reserve": ("resources",),
     "Unreserve": ("resources",),
     "StatusUpdate": ("framework_id", "status", "latest_state"),
-    "AgentTask": ("task", "framework_id", "state", "status_uuid", "role"),
+    "AgentTask": ("task", "framework_id", "state", "status_uuid", "role", "status_state"),
 }
 
 
