@@ -62,6 +62,9 @@ class CoreConfig:
     #: A launched attempt not RUNNING after this long is killed and requeued without using a
     #: retry: its launch was lost on the way (the master still says STAGING), or it is stuck.
     launch_timeout: float = 300.0
+    #: Work waits and no offer came for this long: REVIVE again (a REVIVE lost on its way
+    #: would leave the framework suppressed at the master for ever).
+    revive_interval: float = 60.0
 
 
 _INFRA_LOSS = frozenset(
@@ -92,6 +95,7 @@ class BatchCore:
         self._dirty_tasks: dict[tuple[int, int], TaskRecord] = {}
         self._suppressed = False
         self._last_reconcile = 0.0
+        self._last_offer: float | None = None  # when an offer last came (None: not yet asked)
 
     # ------------------------------------------------------------------ loading and submitting
 
@@ -178,6 +182,8 @@ class BatchCore:
 
     def offers(self, offers: Sequence[Offer], now: float) -> list[Action]:
         self._release_due(now)
+        if offers:
+            self._last_offer = now
         actions: list[Action] = []
         plain: list[Offer] = []
         bundles: dict[str, list[Offer]] = {}
@@ -387,6 +393,7 @@ class BatchCore:
             actions.append(self.reconcile(now))
         actions += self._request_gangs(now)
         actions += self._want_offers()
+        actions += self._revive_again(now)
         return actions
 
     def reconcile(self, now: float) -> Reconcile:
@@ -398,6 +405,7 @@ class BatchCore:
     def registered(self, now: float) -> list[Action]:
         """The driver (re)subscribed: reconcile, ask for gangs and offers again."""
         self._suppressed = False
+        self._last_offer = now  # the new subscription brings offers
         self.gangs.clear()  # the master forgot our requests along with our old subscription
         actions: list[Action] = [self.reconcile(now), Revive()]
         actions += self._request_gangs(now)
@@ -414,8 +422,22 @@ class BatchCore:
             if task.state is TaskState.PENDING:
                 self.ready[task.job_id].append(task)
 
+    def _wanted(self) -> bool:
+        return any(not job.spec.is_gang and self._has_slot(job) for job in self._schedulable())
+
+    def _revive_again(self, now: float) -> list[Action]:
+        """Work waits, yet no offer came for ``revive_interval``: say so again."""
+        if self._last_offer is None:
+            self._last_offer = now
+        if self._suppressed or now - self._last_offer < self.config.revive_interval:
+            return []
+        if not self._wanted():
+            return []
+        self._last_offer = now  # once per interval
+        return [Revive()]
+
     def _want_offers(self) -> list[Action]:
-        wanted = any(not job.spec.is_gang and self._has_slot(job) for job in self._schedulable())
+        wanted = self._wanted()
         if wanted and self._suppressed:
             self._suppressed = False
             return [Revive()]

@@ -252,6 +252,21 @@ def test_an_attempt_that_never_starts_is_killed_and_requeued_without_a_retry(ans
     assert kills(h.core.tick(T0 + 80 + 600)) == set()  # running: no launch timeout any more
 
 
+def test_work_waiting_without_offers_revives_again() -> None:
+    """A REVIVE lost on its way leaves the framework suppressed at the master: with work
+    waiting and no offer for ``revive_interval``, the core says REVIVE again, once per
+    interval; offers coming keep it quiet. Found by the simulation's soak."""
+    h = Harness(dataclasses.replace(CFG, revive_interval=60.0))
+    h.core.registered(T0)
+    h.submit(1, spec(), T0)
+    assert Revive() not in h.core.tick(T0 + 59)
+    assert h.core.tick(T0 + 60).count(Revive()) == 1
+    assert Revive() not in h.core.tick(T0 + 61)
+    assert h.core.offers([h.offer(cpus=0.1, mem=1)], T0 + 100) != []  # nothing fits: declined
+    assert Revive() not in h.core.tick(T0 + 150)
+    assert h.core.tick(T0 + 160).count(Revive()) == 1
+
+
 # ---------------------------------------------------------------------- cancelling
 
 
