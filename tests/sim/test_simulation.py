@@ -1,18 +1,21 @@
-"""Deterministic simulations: the real master core, simulated agents, frameworks and network.
+"""Deterministic simulations of the real system: master cores (one, or a group electing its
+leader over the real election core and registry), agent cores with their executors' cores,
+scheduler driver cores and the batch service's core and job store, on a simulated network and
+clock (tests/support/sim/).
 
-Each test runs one scenario with one seed (tests/support/sim/runner.py): agents and
-frameworks talk to the master core through encoded frames on a simulated network that
-delays, reorders, drops and partitions; safety invariants are checked after every delivered
-message and every tick, liveness ones after the cluster quiesces.
+Frames are encoded and decoded on a network that delays, reorders, drops and partitions; agents
+crash and restart from their checkpoints, their clocks leap forward, masters crash and are cut
+off, the batch service crashes and comes back from its store. Safety invariants are checked after
+every delivered message and every tick, liveness ones after the cluster quiesces.
 
 Running:
 
-    # every scenario with the default seeds
+    # every scenario with the default seeds (what CI runs)
     .venv/bin/pytest tests/sim/test_simulation.py
     # just seed 1234 (how a failure is replayed; -k picks the scenario)
     AGORA_SIM_SEED=1234 .venv/bin/pytest tests/sim/test_simulation.py -k lossy
-    # the soak: 40 more seeds per scenario, or AGORA_SIM_SOAK_SEEDS of them
-    AGORA_SIM_SOAK=1 .venv/bin/pytest tests/sim/test_simulation.py -m slow
+    # the soak: thousands of seeds over worker processes, as JSON
+    .venv/bin/python tests/sim/soak.py --seeds 10000 --workers 2
 
 A failing run names its seed and the command that replays it. The same seed always gives
 the same run: no wall clock, no sleeps, one ``random.Random(seed)``.
@@ -29,11 +32,13 @@ from pathlib import Path
 
 import pytest
 from agora.sdk.messages import Ping, Pong, TaskState
+from support.sim.batch import BatchWorkload
 from support.sim.clock import EventQueue, SimClock
 from support.sim.executor import ExecutorBehaviour
 from support.sim.framework import FrameworkSpec, FwTask
 from support.sim.host import HostConfig
 from support.sim.invariants import task_history_problem
+from support.sim.masters import GroupConfig
 from support.sim.network import NetConfig, SimNetwork
 from support.sim.runner import (
     ClockJumps,
@@ -183,6 +188,37 @@ def clock_jumps() -> Scenario:
     )
 
 
+def batch() -> Scenario:
+    """The batch service (its real core and job store) beside two frameworks, crashing and
+    coming back from its store: every job ends, in dependency order, within its retries."""
+    return Scenario(
+        "batch",
+        [
+            FrameworkSpec("plain"),
+            FrameworkSpec("aware", partition_aware=True, failover_timeout=120.0),
+        ],
+        duration=400.0,
+        batch=BatchWorkload(jobs=45, crashes=2),
+        agent_crashes=[Crashes(2, (0.5, 10.0))],
+        check_executors=False,
+    )
+
+
+def master_failover() -> Scenario:
+    """Three masters elect a leader; the leader crashes or is cut off, and another takes over
+    from the replicated registry: agents re-register, frameworks re-subscribe, and no task is
+    launched twice or loses its end."""
+    return Scenario(
+        "master_failover",
+        _frameworks(),
+        duration=400.0,
+        masters=GroupConfig(size=3),
+        master_crashes=Crashes(3, (2.0, 30.0)),
+        master_partitions=Partitions(2, (5.0, 30.0)),
+        check_executors=False,
+    )
+
+
 def chaos() -> Scenario:
     """Everything at once (soak only, and one seed in the quick run)."""
     return Scenario(
@@ -201,6 +237,37 @@ def chaos() -> Scenario:
         ],
         agent_crashes=[Crashes(3, (0.5, 20.0))],
         clock_jumps=[ClockJumps(3, (5.0, 150.0))],
+        masters=GroupConfig(size=3),
+        master_crashes=Crashes(2, (2.0, 30.0)),
+        master_partitions=Partitions(1, (5.0, 30.0)),
+        check_executors=False,
+    )
+
+
+def soak() -> Scenario:
+    """Every fault of chaos in a smaller, shorter run: what the soak runs thousands of seeds of
+    (tests/sim/soak.py)."""
+    return Scenario(
+        "soak",
+        [
+            FrameworkSpec("plain", max_tasks=60),
+            FrameworkSpec("aware", partition_aware=True, failover_timeout=60.0, max_tasks=60),
+            FrameworkSpec(
+                "gang", partition_aware=True, gangs=True, failover_timeout=60.0, max_tasks=40
+            ),
+        ],
+        agents=4,
+        duration=150.0,
+        net=NetConfig(latency_min=0.001, latency_max=0.2, drop=0.02),
+        offer_timeout=30.0,
+        batch=BatchWorkload(jobs=12, gap=(2.0, 8.0), crashes=1),
+        agent_partitions=[Partitions(1, BEFORE_PING_TIMEOUT), Partitions(1, AFTER_PING_TIMEOUT)],
+        framework_partitions=[Partitions(1, (5.0, 40.0))],
+        agent_crashes=[Crashes(1, (0.5, 15.0))],
+        clock_jumps=[ClockJumps(1, (5.0, 150.0))],
+        masters=GroupConfig(size=3),
+        master_crashes=Crashes(1, (2.0, 20.0)),
+        master_partitions=Partitions(1, (5.0, 20.0)),
         check_executors=False,
     )
 
@@ -217,6 +284,8 @@ SCENARIOS: dict[str, Callable[[], Scenario]] = {
         gang_member_lost,
         agent_restarts,
         clock_jumps,
+        batch,
+        master_failover,
     )
 }
 
@@ -237,11 +306,18 @@ EXERCISED: dict[str, Callable[[dict[str, int]], bool]] = {
     ),
     "agent_restarts": lambda s: s["agent_crashes"] >= 6 and s["final_FINISHED"] > 200,
     "clock_jumps": lambda s: s["clock_jumps"] == 8 and s["final_FINISHED"] > 200,
+    "batch": lambda s: (
+        s["batch_COMPLETED"] > 15 and s["batch_crashes"] >= 1 and s["batch_FAILED"] > 0
+    ),
+    "master_failover": lambda s: (
+        s["leaders_activated"] >= 3 and s["client_switches"] > 20 and s["final_FINISHED"] > 200
+    ),
     "chaos": lambda s: (
         s["frames_dropped"] > 0
         and s["partitions"] > 0
         and s["agent_crashes"] > 0
         and s["clock_jumps"] > 0
+        and s["leaders_activated"] >= 2
     ),
 }
 
@@ -280,7 +356,9 @@ def test_same_seed_same_trace() -> None:
 
 
 _DIGEST = """
-import sys
+import logging, sys
+import structlog
+structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
 sys.path[:0] = ["tests", "tests/sim"]
 import test_simulation
 from support.sim.runner import run
@@ -311,9 +389,9 @@ def test_same_seed_same_trace_in_another_process() -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(not SOAK, reason="soak runs only with AGORA_SIM_SOAK=1")
 @pytest.mark.parametrize("seed", SOAK_SEEDS)
-@pytest.mark.parametrize("scenario", [*SCENARIOS, "chaos"])
+@pytest.mark.parametrize("scenario", [*SCENARIOS, "chaos", "soak"])
 def test_soak(scenario: str, seed: int) -> None:
-    factory = SCENARIOS.get(scenario, chaos)
+    factory = SCENARIOS.get(scenario) or {"chaos": chaos, "soak": soak}[scenario]
     run(factory(), seed)
 
 
@@ -429,6 +507,12 @@ def _task(*heard: tuple[TaskState, str]) -> FwTask:
             ],
             True,
             "stream delivered RUNNING",
+        ),
+        ([(TaskState.GONE, "reconcile"), (TaskState.DROPPED, "stream")], True, None),
+        (
+            [(TaskState.GONE, "reconcile"), (TaskState.FINISHED, "stream")],
+            True,
+            "2 different terminal",
         ),
         ([(TaskState.RUNNING, "stream")], False, "not terminal"),
         ([(TaskState.UNREACHABLE, "master")], True, "not terminal"),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 __all__ = ["EventQueue", "SimClock", "Timer"]
 
@@ -32,12 +32,9 @@ class Timer:
         self.cancelled = True
 
 
-@dataclass(order=True, slots=True)
-class _Entry:
-    at: float
-    seq: int
-    timer: Timer = field(compare=False)
-    action: Callable[[], None] = field(compare=False)
+#: (time, sequence number, timer, action): tuples compare in C, and the sequence number breaks
+#: every tie before the timer would be compared.
+_Entry = tuple[float, int, Timer, Callable[[], None]]
 
 
 class EventQueue:
@@ -53,7 +50,7 @@ class EventQueue:
             raise ValueError(f"cannot schedule {label!r} in the past ({when} < {self.clock.now})")
         timer = Timer(when, label)
         self._seq += 1
-        heapq.heappush(self._heap, _Entry(when, self._seq, timer, action))
+        heapq.heappush(self._heap, (when, self._seq, timer, action))
         return timer
 
     def later(self, delay: float, action: Callable[[], None], label: str = "") -> Timer:
@@ -63,15 +60,15 @@ class EventQueue:
         return len(self._heap)
 
     def next_time(self) -> float | None:
-        return self._heap[0].at if self._heap else None
+        return self._heap[0][0] if self._heap else None
 
     def run_until(self, until: float, stop: Callable[[], bool] | None = None) -> None:
         """Run every event due up to ``until`` (then set the clock to it), or until ``stop()``."""
-        while self._heap and self._heap[0].at <= until:
-            entry = heapq.heappop(self._heap)
-            self.clock.now = entry.at
-            if not entry.timer.cancelled:
-                entry.action()
+        while self._heap and self._heap[0][0] <= until:
+            at, _seq, timer, action = heapq.heappop(self._heap)
+            self.clock.now = at
+            if not timer.cancelled:
+                action()
                 if stop is not None and stop():
                     return
         self.clock.now = max(self.clock.now, until)

@@ -60,9 +60,10 @@ class SimDriver:
         net: SimNetwork,
         *,
         subscribe_retry: float,
+        implicit_acknowledgements: bool = True,
     ) -> None:
         self.name = name
-        self.core = SchedulerCore(info)
+        self.core = SchedulerCore(info, implicit_acknowledgements=implicit_acknowledgements)
         self.scheduler = scheduler
         self.queue = queue
         self.net = net
@@ -85,6 +86,16 @@ class SimDriver:
         if self.core.connection_lost():
             self.scheduler.disconnected()
         self._subscribe()
+
+    def link_up(self) -> None:
+        """The link follows a (new) leader: subscribe with it now."""
+        if not self.core.subscribed and not self.stopped:
+            self._send(self.core.subscribe())
+        self._subscribe()
+
+    def link_down(self) -> None:
+        """The leader the link followed is gone (the driver re-subscribes on the next one)."""
+        self.connection_lost()
 
     def _subscribe(self) -> None:
         if not self._subscribing:
@@ -109,8 +120,9 @@ class SimDriver:
             self.net.send(self.name, MASTER, message)
 
     def flush(self) -> None:
-        """Send every call the core has queued (the real driver's sender task)."""
-        while (call := self.core.next_call()) is not None:
+        """Send the calls the core has queued, once subscribed (the real driver's sender task:
+        calls made meanwhile wait for the subscription)."""
+        while self.core.subscribed and (call := self.core.next_call()) is not None:
             self._send(call)
 
     # --- receiving -----------------------------------------------------------------------

@@ -51,7 +51,7 @@ from support.sim.clock import EventQueue
 from support.sim.driver import SimDriver
 from support.sim.network import SimNetwork
 
-__all__ = ["FrameworkSpec", "FwTask", "SimFramework"]
+__all__ = ["FrameworkSpec", "FwTask", "SimFramework", "record_status"]
 
 _SHAPES = ("cpus:0.25;mem:64", "cpus:0.5;mem:128", "cpus:1;mem:256", "cpus:2;mem:512")
 _GANG_SHAPES = ("cpus:1;mem:256", "cpus:2;mem:512")
@@ -167,8 +167,18 @@ class SimFramework:
     def stop_launching(self) -> None:
         self.launching = False
 
+    def settled(self) -> bool:
+        """Nothing of its own left to finish (its tasks are checked by the runner)."""
+        return True
+
     def connection_lost(self) -> None:
         self.driver.connection_lost()
+
+    def link_up(self) -> None:
+        self.driver.link_up()
+
+    def link_down(self) -> None:
+        self.driver.link_down()
 
     # --- callbacks ---------------------------------------------------------------------
     def registered(self, framework_id: FrameworkID) -> None:
@@ -198,21 +208,7 @@ class SimFramework:
         if task is None:
             self.unknown_updates.append(status)
             return
-        task.states.append(status.state)
-        if status.uuid is not None:
-            kind = "stream"
-        elif status.reason is Reason.RECONCILIATION:
-            kind = "reconcile"
-        elif status.reason is Reason.AGENT_REREGISTERED:
-            kind = "reregistered"
-        else:
-            kind = "master"
-        task.kinds.append(kind)
-        task.last_news = self.queue.clock.now
-        if status.uuid is not None:
-            assert status.agent_id is not None, (
-                f"{self.name}: update with a uuid but no agent: {status}"
-            )
+        record_status(task, status, self.queue.clock.now)
         if self.spec.kill_gang_on_loss and task.gang is not None and _over(status.state):
             self._kill_gang(task.gang)
 
@@ -447,6 +443,22 @@ class SimFramework:
             [ReconcileTask(task_id=t.task_id, agent_id=t.agent_id) for t in tasks]
         )
         self.driver.flush()
+
+
+def record_status(task: FwTask, status: TaskStatus, now: float) -> None:
+    """Note what the framework heard of ``task`` and where it came from (see FwTask.kinds)."""
+    task.states.append(status.state)
+    if status.uuid is not None:
+        assert status.agent_id is not None, f"update with a uuid but no agent: {status}"
+        kind = "stream"
+    elif status.reason is Reason.RECONCILIATION:
+        kind = "reconcile"
+    elif status.reason is Reason.AGENT_REREGISTERED:
+        kind = "reregistered"
+    else:
+        kind = "master"
+    task.kinds.append(kind)
+    task.last_news = now
 
 
 #: A gang member in one of these is gone for its gang (agora mpirun's rule).

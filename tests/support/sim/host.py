@@ -171,6 +171,18 @@ class SimHost:
         for ex in list(self.executors.values()):
             ex.link_down()
 
+    def master_link_up(self) -> None:
+        """The link to the masters follows a (new) leader: register with it."""
+        if self.up:
+            assert self.core is not None
+            self._perform(self.core.connected(self.now()))
+
+    def master_link_down(self) -> None:
+        """The leader the link followed is gone."""
+        if self.up:
+            assert self.core is not None
+            self._perform(self.core.disconnected(self.now()))
+
     def restart(self) -> None:
         if not self.up:
             self.start()

@@ -35,7 +35,7 @@ At the end, after partitions heal and the cluster quiesces:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from agora.master.core import Master, Send
 from agora.master.core.state import AgentStatus
@@ -51,6 +51,7 @@ from agora.sdk.messages import (
 )
 from agora.sdk.resources import Resources
 
+from support.sim.batch import SimBatch
 from support.sim.framework import FwTask, SimFramework
 from support.sim.host import SimHost
 
@@ -69,8 +70,19 @@ _PA_ONLY = frozenset(
 )
 
 
+#: Resources records are immutable: their totals, by the record's id (the record is kept, so
+#: its id is not reused). The checks run after every message; summing afresh was most of a run.
+_TOTALS: dict[int, tuple[Resources, tuple[tuple[str, int], ...]]] = {}
+
+
 def _add(into: Milli, res: Resources) -> None:
-    for name, amount in res.scalar_totals_milli().items():
+    known = _TOTALS.get(id(res))
+    if known is None or known[0] is not res:
+        if len(_TOTALS) > 200_000:
+            _TOTALS.clear()
+        known = (res, tuple(res.scalar_totals_milli().items()))
+        _TOTALS[id(res)] = known
+    for name, amount in known[1]:
         into[name] = into.get(name, 0) + amount
 
 
@@ -90,14 +102,14 @@ def _fmt(m: Mapping[str, int]) -> str:
 class Invariants:
     def __init__(
         self,
-        master: Master,
+        master: Callable[[], Master | None],
         agents: Iterable[SimHost],
-        frameworks: Iterable[SimFramework],
+        frameworks: Iterable[SimFramework | SimBatch],
         *,
         check_executors: bool = True,
         overcommit_grace: float = 10.0,
     ) -> None:
-        self.master = master
+        self._master = master
         self.agents = list(agents)
         self.frameworks = list(frameworks)
         self.check_executors = check_executors
@@ -109,9 +121,16 @@ class Invariants:
         self.offered: set[OfferID] = set()
         self.checks = 0
 
+    @property
+    def master(self) -> Master:
+        master = self._master()
+        assert master is not None, "no master acts at the end of the run"
+        return master
+
     # --- online ------------------------------------------------------------------------
-    def on_sends(self, sends: list[Send]) -> None:
-        epoch = self.master.epoch
+    def on_sends(self, sends: list[Send], core: Master) -> None:
+        """``core`` sent ``sends`` (each must carry its epoch)."""
+        epoch = core.epoch
         for send in sends:
             msg = send.message
             assert send.epoch == epoch, (
@@ -123,7 +142,7 @@ class Invariants:
                 for task in msg.task_group.tasks:
                     self._ran(msg.framework_id, str(task.task_id), send.to)
             elif isinstance(msg, KillTask):
-                self._kill_sent(msg, send.to)
+                self._kill_sent(msg, send.to, core)
             elif isinstance(msg, Offers):
                 for offer in msg.offers:
                     assert offer.offer_id not in self.offered, (
@@ -132,12 +151,12 @@ class Invariants:
                     )
                     self.offered.add(offer.offer_id)
 
-    def _kill_sent(self, msg: KillTask, to: str) -> None:
+    def _kill_sent(self, msg: KillTask, to: str, core: Master) -> None:
         fw = next((f for f in self.frameworks if f.framework_id == msg.framework_id), None)
         killed = fw.kills.get(msg.kill_id) if fw is not None and msg.kill_id else None
         if killed is None:  # the master's own kill, of the tasks of a framework it removed
             assert msg.kill_id, f"KILL_TASK for {msg.task_id} to {to} carries no kill id"
-            assert msg.framework_id not in self.master.state.frameworks, (
+            assert msg.framework_id not in core.state.frameworks, (
                 f"KILL_TASK for {msg.task_id} of live framework {msg.framework_id} to {to} "
                 f"carries kill id {msg.kill_id!r}, which its framework never sent"
             )
@@ -157,7 +176,10 @@ class Invariants:
     def check(self, now: float) -> None:
         """The master's state is consistent with itself, with its allocator and with the agents."""
         self.checks += 1
-        st = self.master.state
+        master = self._master()
+        if master is None:
+            return  # no leader acts: nothing to hold to account
+        st = master.state
         alloc = st.allocator
         out: dict[AgentID, Milli] = {}
         for offer_id, offer in st.offers.items():
@@ -173,7 +195,12 @@ class Invariants:
             assert offer_id in self.offered, f"offer {offer_id} is outstanding but was never sent"
             _add(out.setdefault(offer.agent_id, {}), offer.resources)
         allocated: dict[AgentID, Milli] = {}
-        for fw_id in st.frameworks:
+        # Frameworks not subscribed yet with this master (after a failover) hold resources too:
+        # the allocator counts what re-registering agents report they run for them.
+        holders = set(st.frameworks) | {key[0] for key in st.tasks}
+        for agent in st.agents.values():
+            holders.update(fid for fid, _eid in agent.executors)
+        for fw_id in sorted(holders):
             for (a, _role), res in alloc.allocated(fw_id).items():
                 _add(allocated.setdefault(a, {}), res)
         for agent in st.agents.values():
@@ -249,6 +276,8 @@ class Invariants:
         problems: list[str] = []
         for fw in self.frameworks:
             problems.extend(self._framework_problems(fw))
+            if isinstance(fw, SimBatch):
+                problems.extend(fw.problems())
         truth = self._truth()
         for fw in self.frameworks:
             if fw.removed or fw.framework_id is None:
@@ -306,7 +335,7 @@ class Invariants:
             truth.update(agent.truth)
         return truth
 
-    def _framework_problems(self, fw: SimFramework) -> list[str]:
+    def _framework_problems(self, fw: SimFramework | SimBatch) -> list[str]:
         problems = []
         bad_errors = [e for e in fw.errors if e.code is ErrorCode.BAD_REQUEST]
         if bad_errors:
@@ -321,7 +350,7 @@ class Invariants:
         if fw.unknown_updates:
             problems.append(
                 f"{fw.name} got updates for tasks it never launched: "
-                f"{[str(u.status.task_id) for u in fw.unknown_updates[:5]]}"
+                f"{[str(u.task_id) for u in fw.unknown_updates[:5]]}"
             )
         if fw.removed:
             return problems
@@ -349,11 +378,15 @@ def kill_problem(task: FwTask, partition_aware: bool) -> str | None:
     return f"kills {task.kill_ids} never answered (heard {_history(task)})"
 
 
+_NEVER_RAN = frozenset({TaskState.GONE, TaskState.DROPPED})
+
+
 def task_history_problem(task: FwTask, partition_aware: bool) -> str | None:
     """What is wrong with the states a framework heard for one task, if anything.
 
     * partition-aware frameworks never hear LOST, others never UNREACHABLE, GONE, DROPPED...;
-    * exactly one terminal state: every terminal state heard is the same one;
+    * exactly one terminal state: every terminal state heard is the same one (but GONE and
+      DROPPED, which both say the task does not run, may both be heard);
     * the last state heard is terminal (LOST counts for a framework that is not
       partition-aware);
     * the agent's stream is in order, and the master says a task is over only when it is:
@@ -378,6 +411,11 @@ def task_history_problem(task: FwTask, partition_aware: bool) -> str | None:
         kind = "partition-aware" if partition_aware else "not partition-aware"
         return f"a {kind} framework heard {wrong[0].name} (heard {heard})"
     terminal = {s for s in states if is_terminal(s)}
+    if terminal == _NEVER_RAN:
+        # Both say the task does not run: the master answers GONE for a task it does not know on
+        # a registered agent (after a failover), the agent DROPPED for one it never got. Which
+        # comes first is a race, as in Mesos.
+        terminal = {TaskState.DROPPED}
     if len(terminal) > 1:
         return f"heard {len(terminal)} different terminal states (heard {heard})"
     terminal_from: set[str] = set()

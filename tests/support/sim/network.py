@@ -61,6 +61,9 @@ class SimNetwork:
         self._receivers: dict[str, Receiver] = {}
         self._last_arrival: dict[tuple[str, str], float] = {}
         self._gone: set[str] = set()
+        #: ``gate(src, dst)``: whether ``dst`` takes a frame from ``src`` when it arrives (a
+        #: client's link to a group of masters reads the one it follows only).
+        self.gate: Callable[[str, str], bool] | None = None
 
     def attach(self, name: str, receiver: Receiver) -> None:
         if name in self._receivers:
@@ -110,6 +113,9 @@ class SimNetwork:
             return
         if dst not in self._receivers:
             self._drop(now, "gone", src, dst, name, crc)
+            return
+        if self.gate is not None and not self.gate(src, dst):
+            self._drop(now, "stale", src, dst, name, crc)
             return
         self.trace.append((now, "recv", src, dst, name, crc))
         self._receivers[dst](src, envelope.message, envelope.epoch)

@@ -25,10 +25,12 @@ from agora.master.core import Master, MasterConfig, Send
 from agora.sdk.messages import Message, TaskState, is_terminal
 from agora.sdk.resources import Resources
 
+from support.sim.batch import BatchWorkload, SimBatch
 from support.sim.clock import EventQueue, SimClock
 from support.sim.framework import FrameworkSpec, SimFramework
 from support.sim.host import HostConfig, SimHost
 from support.sim.invariants import Invariants
+from support.sim.masters import GroupConfig, MasterGroup
 from support.sim.network import MASTER, NetConfig, SimNetwork, TraceEntry
 
 __all__ = [
@@ -92,6 +94,14 @@ class Scenario:
     framework_partitions: list[Partitions] = field(default_factory=list)
     agent_crashes: list[Crashes] = field(default_factory=list)
     clock_jumps: list[ClockJumps] = field(default_factory=list)
+    #: The batch service with its workload (None: not run).
+    batch: BatchWorkload | None = None
+    #: A group of masters electing their leader (None: one master, as ``agora local`` runs).
+    masters: GroupConfig | None = None
+    #: Crashes of masters (the acting one half the time), each back after its downtime.
+    master_crashes: Crashes = field(default_factory=lambda: Crashes(0, (1.0, 1.0)))
+    #: Masters cut off from the group and from every client (the acting one half the time).
+    master_partitions: Partitions = field(default_factory=lambda: Partitions(0, (1.0, 1.0)))
     offer_timeout: float | None = None
     tick_interval: float = 0.5
     #: Give up waiting for quiescence after this many simulated seconds.
@@ -131,15 +141,21 @@ class Simulation:
         self.clock = SimClock()
         self.queue = EventQueue(self.clock)
         self.net = SimNetwork(self.queue, self.rng, replace(scenario.net))
-        ping = scenario.ping_interval
-        self.master = Master(
-            MasterConfig(
-                offer_timeout=scenario.offer_timeout,
-                agent_ping_interval=ping,
-                allocator=AllocatorConfig(seed=seed),
-            )
+        base = MasterConfig(
+            offer_timeout=scenario.offer_timeout,
+            agent_ping_interval=scenario.ping_interval,
+            allocator=AllocatorConfig(seed=seed),
         )
-        self.net.attach(MASTER, self._to_master)
+        #: One master without election (``agora local``), or a group electing its leader.
+        self.single: Master | None = None
+        self.group: MasterGroup | None = None
+        if scenario.masters is None:
+            self.single = Master(base)
+            self.net.attach(MASTER, self._to_master)
+        else:
+            self.group = MasterGroup(
+                base, scenario.masters, self.queue, self.net, self.rng, observe=self._observe
+            )
         self.agents = [
             SimHost(
                 f"agent{i}",
@@ -151,11 +167,21 @@ class Simulation:
             )
             for i in range(scenario.agents)
         ]
-        self.frameworks = [
+        self.frameworks: list[SimFramework | SimBatch] = [
             SimFramework(spec, self.queue, self.net, self.rng) for spec in scenario.frameworks
         ]
+        #: The batch service, when the scenario runs one (it is one of ``frameworks``).
+        self.batch: SimBatch | None = None
+        if scenario.batch is not None:
+            self.batch = SimBatch(scenario.batch, self.queue, self.net, self.rng)
+            self.frameworks.append(self.batch)
+        if self.group is not None:
+            for host in self.agents:
+                self.group.add_client(host.name, host.master_link_up, host.master_link_down)
+            for fw in self.frameworks:
+                self.group.add_client(fw.name, fw.link_up, fw.link_down)
         self.invariants = Invariants(
-            self.master,
+            lambda: self.master,
             self.agents,
             self.frameworks,
             check_executors=scenario.check_executors,
@@ -164,20 +190,36 @@ class Simulation:
         self._unreachable: set[tuple[str, float]] = set()
 
     # --- wiring ------------------------------------------------------------------------
+    @property
+    def master(self) -> Master | None:
+        """The master core that acts now (None while a group has no leader)."""
+        if self.single is not None:
+            return self.single
+        assert self.group is not None
+        return self.group.acting_core()
+
     def _to_master(self, sender: str, message: Message, epoch: int) -> None:
         assert epoch == 0, f"{message.NAME} from {sender} claims a master epoch ({epoch})"
-        self._dispatch(self.master.handle(sender, message, self.clock.now))
+        assert self.single is not None
+        self._dispatch(self.single.handle(sender, message, self.clock.now))
 
     def _tick(self) -> None:
-        self._dispatch(self.master.tick(self.clock.now))
-        for agent in self.master.state.agents.values():
-            if agent.unreachable_since is not None:
-                self._unreachable.add((agent.agent_id, agent.unreachable_since))
+        if self.single is not None:
+            self._dispatch(self.single.tick(self.clock.now))
+        master = self.master
+        if master is not None:
+            for agent in master.state.agents.values():
+                if agent.unreachable_since is not None:
+                    self._unreachable.add((agent.agent_id, agent.unreachable_since))
         self.queue.later(self.scenario.tick_interval, self._tick, "master tick")
 
-    def _dispatch(self, sends: list[Send]) -> None:
-        self.invariants.on_sends(sends)
+    def _observe(self, core: Master, sends: list[Send]) -> None:
+        self.invariants.on_sends(sends, core)
         self.invariants.check(self.clock.now)
+
+    def _dispatch(self, sends: list[Send]) -> None:
+        assert self.single is not None
+        self._observe(self.single, sends)
         for send in sends:
             self.net.send(MASTER, send.to, send.message, send.epoch)
 
@@ -189,7 +231,10 @@ class Simulation:
         self.stats["partitions"] += 1
         if framework is not None:
             # The transport notices a scheduler's connection drop on both ends.
-            self._dispatch(self.master.disconnected(peer, self.clock.now))
+            if self.single is not None:
+                self._dispatch(self.single.disconnected(peer, self.clock.now))
+            elif self.group is not None:
+                self.group.disconnected(peer)
             framework.connection_lost()
         self.queue.later(length, lambda: self.net.cut.discard(peer), f"heal {peer}")
 
@@ -218,6 +263,35 @@ class Simulation:
             self.stats["agent_crashes"] += 1
             self.queue.later(downtime, host.restart, f"{host.name} restart")
 
+    def _master_crash(self, downtime: float) -> None:
+        """A master dies (the acting one half the time) and comes back after ``downtime``."""
+        group = self.group
+        assert group is not None
+        acting = group.acting_member()
+        alive = [m for m in group.members.values() if m.raft is not None]
+        if not alive:
+            return
+        victim = acting if acting is not None and self.rng.random() < 0.5 else None
+        name = victim.name if victim is not None else self.rng.choice(alive).name
+        group.crash(name)
+        self.stats["master_crashes"] += 1
+        self.queue.later(downtime, lambda: group.restart(name), f"{name} restart")
+
+    def _master_partition(self, length: float) -> None:
+        """A master is cut off from the others and from every client (the acting one half the
+        time): it must step down within its lease, and another take over."""
+        group = self.group
+        assert group is not None
+        acting = group.acting_member()
+        names = [n for n in group.names if n not in self.net.cut]
+        if not names:
+            return
+        take_acting = acting is not None and acting.name in names and self.rng.random() < 0.5
+        name = acting.name if take_acting and acting is not None else self.rng.choice(names)
+        self.net.cut.add(name)
+        self.stats["master_partitions"] += 1
+        self.queue.later(length, lambda: self.net.cut.discard(name), f"heal {name}")
+
     def _jump(self, size: float) -> None:
         host = self.rng.choice(self.agents)
         host.jump_clock(size)
@@ -242,7 +316,7 @@ class Simulation:
         for fw in self.frameworks:
             if fw.removed:
                 continue
-            if not fw.subscribed:
+            if not fw.subscribed or not fw.settled():
                 return False
             for task in fw.tasks.values():
                 if not task.states:
@@ -252,7 +326,8 @@ class Simulation:
                     is_terminal(last) or (last is TaskState.LOST and not fw.spec.partition_aware)
                 ):
                     return False
-        return not self.master.state.tasks
+        master = self.master
+        return master is not None and not master.state.tasks
 
     def run(self) -> SimResult:
         sc = self.scenario
@@ -262,6 +337,14 @@ class Simulation:
         for fw in self.frameworks:
             q.later(self.rng.uniform(0.5, 3.0), fw.start, f"{fw.name} start")
         q.later(0.0, self._tick, "master tick")
+        if self.group is not None:
+            self.group.start()
+            for start, downtime in self._draw(sc.master_crashes):
+                q.at(start, lambda downtime=downtime: self._master_crash(downtime), "master crash")
+            for start, length in self._draw(sc.master_partitions):
+                q.at(
+                    start, lambda length=length: self._master_partition(length), "master partition"
+                )
         for plan in sc.agent_partitions:
             for start, length in self._draw(plan):
                 q.at(start, lambda length=length: self._agent_partition(length), "agent partition")
@@ -288,6 +371,9 @@ class Simulation:
         self.net.cut.clear()
         for host in self.agents:
             host.restart()
+        if self.group is not None:
+            for name in self.group.names:
+                self.group.restart(name)
         deadline = sc.duration + sc.quiesce_max
         while self.clock.now < deadline and not self._quiet():
             q.run_until(self.clock.now + 10.0)
@@ -311,7 +397,15 @@ class Simulation:
         stats["kills_sent"] = sum(len(f.kills) for f in self.frameworks)
         stats["gang_kills"] = sum(f.gang_kills for f in self.frameworks)
         stats["kills_swallowed"] = sum(a.kills_swallowed for a in self.agents)
-
+        if self.group is not None:
+            stats["leaders_activated"] = self.group.activations
+            stats["leaders_stepped_down"] = self.group.step_downs
+            stats["client_switches"] = self.group.client_switches
+        if self.batch is not None:
+            states = self.batch.store.load_job_states()
+            for job_id in self.batch.submitted:
+                stats[f"batch_{states[job_id].value}"] += 1
+            stats["batch_crashes"] = self.batch.crashes
         for fw in self.frameworks:
             for task in fw.tasks.values():
                 if task.states:
@@ -337,3 +431,6 @@ def run(scenario: Scenario, seed: int) -> SimResult:
             f"replay: {replay_command(scenario.name, seed)}\n"
             f"last frames:\n{tail}"
         ) from exc
+    finally:
+        if sim.batch is not None:
+            sim.batch.close()
