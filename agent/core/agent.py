@@ -53,6 +53,7 @@ from agora.agent.core import (
     limits,
     recovery,
     registration,
+    sandbox_gc,
     tasks,
 )
 from agora.agent.core.actions import (
@@ -174,6 +175,10 @@ class Agent:
 
     def executor(self, framework_id: FrameworkID, executor_id: ExecutorID) -> Executor | None:
         return self._st.executors.get((framework_id, executor_id))
+
+    def live_sandboxes(self) -> frozenset[str]:
+        """The sandboxes (relative to the work dir) the sandbox collector must leave alone."""
+        return sandbox_gc.live_sandboxes(self._st)
 
     def tasks_of(self, framework_id: FrameworkID, executor_id: ExecutorID) -> list[Task]:
         """The executor's tasks the agent still holds (over or not), by task id."""

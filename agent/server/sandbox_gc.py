@@ -26,7 +26,7 @@ from typing import Final
 
 import structlog
 from agora.agent.core import Agent
-from agora.agent.core.sandbox_gc import GcPlan, SandboxGc, live_sandboxes, task_of
+from agora.agent.core.sandbox_gc import GcPlan, SandboxGc, task_of
 
 __all__ = [
     "KEEP_COLLECTED",
@@ -166,7 +166,7 @@ class SandboxCollector:
             usage = 0.0
         now = time.time()
         # From here to the renames nothing awaits: the live set cannot change under the plan.
-        plan = self._gc.plan(found, live_sandboxes(self._core().state), usage, now)
+        plan = self._gc.plan(found, self._core().live_sandboxes(), usage, now)
         if plan.delete:
             moved = [path for path in plan.delete if self._to_trash(path)]
             self._remember(moved, found, now)

@@ -228,5 +228,6 @@ def test_live_sandboxes_of_the_core() -> None:
     running(h, ("t1", "cpus:1;mem:32"), ("t2", "cpus:1;mem:32"))
     _out, _ = h.update("cmd", "t2", TaskState.FINISHED)
     assert live_sandboxes(h.st) == {SANDBOX, f"{SANDBOX}/tasks/t1"}
+    assert h.agent.live_sandboxes() == live_sandboxes(h.st)  # what the collector reads
     assert task_of(f"{SANDBOX}/tasks/t1") == (FID, str(CMD), "t1")
     assert task_of(SANDBOX) is None

@@ -10,6 +10,7 @@ folder. An edge A -> B means some module in A imports one in B.
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from itertools import pairwise
 from pathlib import Path
@@ -125,3 +126,15 @@ def test_daemon_helpers_are_not_loaded_by_the_public_sdk() -> None:
     public = ("sdk.messages", "sdk.codec", "sdk.transport", "sdk.scheduler", "sdk.executor")
     for node in public:
         assert "sdk.daemon" not in graph.get(node, {}), node
+
+
+def test_the_agent_shells_read_the_core_through_its_read_functions() -> None:
+    """agent/server never reaches into the core's state (``core.state``, ``AgentState``)."""
+    pattern = re.compile(r"core(\(\))?\.state\b(?! import)|\bAgentState\b")
+    offenders = [
+        f"{path.name}:{n}: {line.strip()}"
+        for path in sorted((ROOT / "agent" / "server").glob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert offenders == []
