@@ -230,6 +230,11 @@ def reconcile_one(st: MasterState, fw: Framework, item: ReconcileTask, now: floa
     if task is not None:
         st.send_framework(fw.framework_id, Update(status=_latest(st, fw, task, now)))
         return
+    if item.agent_id is not None and item.agent_id in st.recovering_agents:
+        # An agent this master expects back (it was admitted before a failover): no answer
+        # until it re-registers or is given up, as Mesos does; any answer now could contradict
+        # what the agent is about to report. The framework asks again.
+        return
     agent = st.agents.get(item.agent_id) if item.agent_id is not None else None
     pa = fw.partition_aware
     if agent is not None and agent.status is AgentStatus.UNREACHABLE:
