@@ -127,6 +127,8 @@ class ExecutorCore:
         self._connects = 0
         self._stopping = False
         self._recovery_deadline: float | None = None
+        #: The updates (by uuid) the latest (re-)registration carried to the agent.
+        self._carried: frozenset[bytes] = frozenset()
 
     # ----------------------------------------------------------------- read-only state
 
@@ -205,6 +207,7 @@ class ExecutorCore:
             return None
         env = self._env
         if not self._ever_registered:
+            self._carried = frozenset()
             return RegisterExecutor(
                 framework_id=env.framework_id, executor_id=env.executor_id, secret=env.secret
             )
@@ -219,6 +222,7 @@ class ExecutorCore:
             encode(message)
         except ProtocolError:  # too large with the tasks: the updates are what matter
             message = replace(message, tasks=())
+        self._carried = frozenset(u.status.uuid for u in message.updates if u.status.uuid)
         return message
 
     def tick(self, now: float) -> list[Action]:
@@ -351,13 +355,14 @@ class ExecutorCore:
         return actions
 
     def _registered_now(self) -> list[Action]:
-        resend = self._ever_registered
         self._session = True
         self._ever_registered = True
         self._recovery_deadline = None
         actions: list[Action] = []
-        if resend:  # what the REREGISTER_EXECUTOR could not carry
-            for update in tuple(self._updates.values())[REREGISTER_ITEMS_MAX:]:
+        # Every update the registration did not carry: past what one REREGISTER_EXECUTOR holds,
+        # and those made while the answer was on its way (they were held, not sent).
+        for uuid, update in self._updates.items():
+            if uuid not in self._carried:
                 actions.append(Send(StatusUpdateMessage(update=update)))
         while self._held:
             actions.append(Send(self._held.popleft()))

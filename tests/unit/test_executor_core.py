@@ -276,6 +276,23 @@ def test_updates_beyond_what_a_reregistration_carries_follow_once_reregistered()
     ]
 
 
+def test_an_update_made_while_the_reregistration_is_answered_follows_it() -> None:
+    """A task ends after REREGISTER_EXECUTOR left and before its answer came: that update was
+    held (not registered yet) and is sent once re-registered; before, it waited unsent for
+    ever and its task never ended for the agent. Found by the cluster simulation's soak."""
+    scene = Scene()
+    scene.registered()
+    scene.receive(launch("t1"))
+    scene.disconnect()
+    again = scene.connect()
+    assert isinstance(again, ReregisterExecutor) and again.updates == ()
+    assert sent(scene.update("t1", TaskState.FINISHED)) == []  # the answer is on its way
+    follow = sent(scene.receive(REREGISTERED), StatusUpdateMessage)
+    assert [(m.update.status.task_id, m.update.status.state) for m in follow] == [
+        ("t1", TaskState.FINISHED)
+    ]
+
+
 def test_a_reregistration_too_large_with_its_tasks_carries_the_updates_alone() -> None:
     scene = Scene()
     scene.registered()
