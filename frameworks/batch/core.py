@@ -36,7 +36,13 @@ from agora.frameworks.batch.actions import (
     Suppress,
 )
 from agora.frameworks.batch.fairshare import FairShare
-from agora.frameworks.batch.placement import gang_id_of, gang_request, task_info, task_resources
+from agora.frameworks.batch.placement import (
+    GANG_HOLD_SECONDS,
+    gang_id_of,
+    gang_request,
+    task_info,
+    task_resources,
+)
 from agora.frameworks.batch.records import JobRecord, JobState, TaskRecord, TaskState, task_id_of
 from agora.sdk.ids import TaskID
 from agora.sdk.messages import Offer, StatusSource, TaskInfo, TaskStatus
@@ -87,6 +93,7 @@ class BatchCore:
         self.unfinished: dict[int, int] = {}  # job -> its tasks not in a terminal state
         self.waiting: set[int] = set()  # jobs held by their dependencies
         self.gangs: dict[int, str] = {}  # gang job -> outstanding gang id
+        self.gang_asked: dict[int, tuple[float, int]] = {}  # gang job -> (asked when, attempt)
         self.killing: dict[str, float] = {}  # task id -> when the last kill went out
         self.launched: dict[str, float] = {}  # STARTING attempt -> when launched (or loaded)
         self.unreachable: dict[str, float] = {}  # task id -> since when
@@ -311,6 +318,20 @@ class BatchCore:
                 continue  # some ranks still run or wait for their retry time
             attempt = max(t.attempt for t in self.tasks[job.job_id]) + 1
             self.gangs[job.job_id] = gang_id_of(job.job_id, attempt)
+            self.gang_asked[job.job_id] = (now, attempt)
+            actions.append(RequestGang(gang_request(job, attempt)))
+        return actions
+
+    def _ask_gangs_again(self, now: float) -> list[Action]:
+        """A gang request with neither a bundle nor GANG_EXPIRED well past its hold timeout was
+        lost (or its answer was): ask again, the same gang (the master keeps a pending one)."""
+        actions: list[Action] = []
+        for job_id in sorted(self.gangs):
+            asked, attempt = self.gang_asked.get(job_id, (now, 0))
+            job = self.jobs.get(job_id)
+            if job is None or now - asked < GANG_HOLD_SECONDS + self.config.reconcile_interval:
+                continue
+            self.gang_asked[job_id] = (now, attempt)
             actions.append(RequestGang(gang_request(job, attempt)))
         return actions
 
@@ -394,6 +415,7 @@ class BatchCore:
         actions += self._request_gangs(now)
         actions += self._want_offers()
         actions += self._revive_again(now)
+        actions += self._ask_gangs_again(now)
         return actions
 
     def reconcile(self, now: float) -> Reconcile:

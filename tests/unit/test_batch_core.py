@@ -21,6 +21,7 @@ from agora.frameworks.batch.actions import (
     Suppress,
 )
 from agora.frameworks.batch.core import BatchCore, CoreConfig
+from agora.frameworks.batch.placement import GANG_HOLD_SECONDS
 from agora.frameworks.batch.records import JobRecord, JobState, TaskRecord, TaskState
 from agora.frameworks.batch.spec import ArraySpec, Dependency, DepKind, JobSpec
 from agora.sdk.ids import AgentID, FrameworkID, GangID, OfferID, TaskID
@@ -413,6 +414,23 @@ def test_gang_is_requested_and_launched_whole_in_one_launch() -> None:
     assert sorted(i.agent_id for i in launch.tasks) == ["a1", "a1", "a2", "a2"]
     assert sorted(env(i)["AGORA_RANK"] for i in launch.tasks) == ["0", "1", "2", "3"]
     assert {env(i)["AGORA_NTASKS"] for i in launch.tasks} == {"4"}
+
+
+def test_a_gang_request_without_any_answer_is_asked_again() -> None:
+    """A REQUEST (or its bundle, or its GANG_EXPIRED) lost on the way left the job waiting for
+    ever: well past the hold timeout the same gang is asked for again. Found by the
+    simulation's soak."""
+    h = Harness()
+    h.submit(1, spec(ntasks=2))
+    (first,) = gang_requests(h.core.registered(T0))
+    late = T0 + GANG_HOLD_SECONDS + CFG.reconcile_interval
+    assert gang_requests(h.core.tick(late - 1)) == []
+    (again,) = gang_requests(h.core.tick(late))
+    assert again.request == first.request  # the same gang: a master that has it keeps it
+    assert gang_requests(h.core.tick(late + 1)) == []  # once per hold timeout
+    bundle = gang_bundle(h, first.request.gang_id)
+    assert [a for a in h.core.offers(bundle, late + 2) if isinstance(a, Launch)]
+    assert gang_requests(h.core.tick(late * 3)) == []  # placed: nothing to ask
 
 
 def test_gang_rank_failure_kills_the_rest_then_retries_whole_then_fails() -> None:
