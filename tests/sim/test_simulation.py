@@ -509,6 +509,14 @@ def _task(*heard: tuple[TaskState, str]) -> FwTask:
             "stream delivered RUNNING",
         ),
         ([(TaskState.GONE, "reconcile"), (TaskState.DROPPED, "stream")], True, None),
+        # A question on its way when the master forgot the finished task: answered as unknown.
+        ([(TaskState.FINISHED, "stream"), (TaskState.GONE, "reconcile")], True, None),
+        ([(TaskState.FINISHED, "stream"), (TaskState.LOST, "reconcile")], False, None),
+        (
+            [(TaskState.FINISHED, "reconcile"), (TaskState.GONE, "reconcile")],
+            True,
+            "2 different terminal",
+        ),
         (
             [(TaskState.GONE, "reconcile"), (TaskState.FINISHED, "stream")],
             True,

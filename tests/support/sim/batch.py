@@ -55,7 +55,7 @@ from agora.sdk.messages import TaskState as AgoraState
 
 from support.sim.clock import EventQueue
 from support.sim.driver import SimDriver
-from support.sim.framework import FrameworkSpec, FwTask, record_status
+from support.sim.framework import FrameworkSpec, FwTask, last_word, record_status
 from support.sim.network import SimNetwork
 
 __all__ = ["BatchWorkload", "SimBatch"]
@@ -127,7 +127,11 @@ class SimBatch:
     # --- what the runner and the checks read ----------------------------------------------
     @property
     def framework_id(self) -> FrameworkID | None:
-        return self.driver.framework_id if self.driver is not None else None
+        """The framework's id, also while the service is down (the store keeps it)."""
+        if self.driver is not None and self.driver.framework_id is not None:
+            return self.driver.framework_id
+        known = self.store.get_meta("framework_id")
+        return FrameworkID(known) if known else None
 
     @property
     def subscribed(self) -> bool:
@@ -408,7 +412,7 @@ class SimBatch:
                     )
                 if task.state is TaskState.COMPLETED:
                     heard = self.tasks.get(TaskID(task.task_id))
-                    last = heard.states[-1] if heard is not None and heard.states else None
+                    last = last_word(heard) if heard is not None else None
                     if last is not AgoraState.FINISHED:
                         out.append(
                             f"batch task {job_id}.{task.index} COMPLETED but its last attempt "

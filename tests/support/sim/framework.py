@@ -51,7 +51,14 @@ from support.sim.clock import EventQueue
 from support.sim.driver import SimDriver
 from support.sim.network import SimNetwork
 
-__all__ = ["FrameworkSpec", "FwTask", "SimFramework", "record_status"]
+__all__ = [
+    "FrameworkSpec",
+    "FwTask",
+    "SimFramework",
+    "last_word",
+    "record_status",
+    "without_late_answers",
+]
 
 _SHAPES = ("cpus:0.25;mem:64", "cpus:0.5;mem:128", "cpus:1;mem:256", "cpus:2;mem:512")
 _GANG_SHAPES = ("cpus:1;mem:256", "cpus:2;mem:512")
@@ -459,6 +466,32 @@ def record_status(task: FwTask, status: TaskStatus, now: float) -> None:
         kind = "master"
     task.kinds.append(kind)
     task.last_news = now
+
+
+#: What the master answers about a task it does not know (any more).
+_UNKNOWN_TASK = frozenset({TaskState.GONE, TaskState.LOST, TaskState.UNKNOWN})
+
+
+def without_late_answers(task: FwTask) -> tuple[list[TaskState], list[str]]:
+    """The history without reconciliation answers about a forgotten task that came after the
+    agent's stream ended it: the framework acknowledged the end, the master forgot the task, and
+    a question already on its way was answered as for an unknown task (as in Mesos)."""
+    states: list[TaskState] = []
+    kinds: list[str] = []
+    ended = False
+    for state, kind in zip(task.states, task.kinds, strict=True):
+        if ended and kind == "reconcile" and state in _UNKNOWN_TASK:
+            continue
+        ended = ended or (kind == "stream" and is_terminal(state))
+        states.append(state)
+        kinds.append(kind)
+    return states, kinds
+
+
+def last_word(task: FwTask) -> TaskState | None:
+    """The last state the framework heard that counts (see :func:`without_late_answers`)."""
+    states, _kinds = without_late_answers(task)
+    return states[-1] if states else None
 
 
 #: A gang member in one of these is gone for its gang (agora mpirun's rule).

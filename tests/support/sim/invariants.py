@@ -52,7 +52,7 @@ from agora.sdk.messages import (
 from agora.sdk.resources import Resources
 
 from support.sim.batch import SimBatch
-from support.sim.framework import FwTask, SimFramework
+from support.sim.framework import FwTask, SimFramework, last_word, without_late_answers
 from support.sim.host import SimHost
 
 __all__ = ["Invariants", "Milli"]
@@ -284,10 +284,11 @@ class Invariants:
                 continue
             for task in fw.tasks.values():
                 agent_says = truth.get((fw.framework_id, str(task.task_id)))
-                if agent_says is not None and task.states and task.states[-1] != agent_says:
+                said = last_word(task)
+                if agent_says is not None and said is not None and said != agent_says:
                     problems.append(
                         f"{fw.name} task {task.task_id}: framework's last word "
-                        f"{task.states[-1].name} "
+                        f"{said.name} "
                         f"but the agent ended it {agent_says.name} (heard {_history(task)})"
                     )
         for agent in self.agents:
@@ -386,7 +387,8 @@ def task_history_problem(task: FwTask, partition_aware: bool) -> str | None:
 
     * partition-aware frameworks never hear LOST, others never UNREACHABLE, GONE, DROPPED...;
     * exactly one terminal state: every terminal state heard is the same one (but GONE and
-      DROPPED, which both say the task does not run, may both be heard);
+      DROPPED, which both say the task does not run, may both be heard; and a reconciliation
+      answer about the task once the master forgot it, after the stream ended it, is left out);
     * the last state heard is terminal (LOST counts for a framework that is not
       partition-aware);
     * the agent's stream is in order, and the master says a task is over only when it is:
@@ -399,8 +401,8 @@ def task_history_problem(task: FwTask, partition_aware: bool) -> str | None:
       if the agent has no update pending for it, so that announcement never runs ahead of the
       stream either.
     """
-    states = task.states
     heard = _history(task)
+    states, kinds = without_late_answers(task)
     if not states:
         return "the framework never heard of it after launching it"
     if partition_aware:
@@ -419,7 +421,7 @@ def task_history_problem(task: FwTask, partition_aware: bool) -> str | None:
     if len(terminal) > 1:
         return f"heard {len(terminal)} different terminal states (heard {heard})"
     terminal_from: set[str] = set()
-    for state, kind in zip(states, task.kinds, strict=True):
+    for state, kind in zip(states, kinds, strict=True):
         if is_terminal(state):
             terminal_from.add(kind)
             continue
