@@ -247,7 +247,6 @@ def on_reconcile_tasks(st: AgentState, msg: ReconcileTasks, now: float) -> None:
             _unknown(st, msg.framework_id, tid, msg.partition_aware, now)
 
 
-
 def on_kill_task(st: AgentState, msg: KillTask, now: float) -> None:
     """Kill a task: a queued one ends KILLED here; a launched one is the executor's to kill.
 
