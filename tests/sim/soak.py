@@ -62,7 +62,10 @@ def main(argv: list[str] | None = None) -> int:
             simulated += sim_s
             busy += wall_s
             if error is not None:
-                replay = f"AGORA_SIM_SEED={seed} .venv/bin/pytest tests/sim/test_simulation.py"
+                replay = (
+                    f"AGORA_SIM_SOAK=1 AGORA_SIM_SEED={seed} .venv/bin/pytest "
+                    f"tests/sim/test_simulation.py -k 'test_soak and {args.scenario}-'"
+                )
                 failures.append({"seed": seed, "error": error, "replay": replay})
     wall = time.perf_counter() - started
     report = {
