@@ -228,6 +228,7 @@ def settle(core: BatchCore, job: JobRecord, now: float) -> list[Action]:
     core.active_per_job.pop(job.job_id, None)
     core.unfinished.pop(job.job_id, None)
     core.gangs.pop(job.job_id, None)
+    core.gang_asked.pop(job.job_id, None)
     core.waiting.discard(job.job_id)
     core.ended[job.job_id] = job.state
     actions: list[Action] = []
