@@ -18,7 +18,14 @@ from agora.sdk.messages import TaskStatus
 if TYPE_CHECKING:
     from agora.frameworks.batch.core import BatchCore
 
-__all__ = ["add_dependent", "attempt_ended", "check_dependencies", "settle", "started"]
+__all__ = [
+    "add_dependent",
+    "attempt_ended",
+    "check_dependencies",
+    "drop_cancelled",
+    "settle",
+    "started",
+]
 
 _LOSSES = frozenset(
     {
@@ -144,6 +151,8 @@ def _gang_rank_ended(
         return actions
     culprit = max(ended, key=lambda r: _ORDER.index(_how_ended(r)))
     verdict, reason = _how_ended(culprit), f"task {culprit.index}: {culprit.reason}"
+    if job.cancelled:  # cancelled while its ranks were stopping: never run again
+        verdict, reason = "cancel", "cancelled"
     final = {"timeout": TaskState.TIMEOUT, "cancel": TaskState.CANCELLED}.get(verdict)
     if final is None:
         lead = ranks[0]
@@ -235,6 +244,16 @@ def settle(core: BatchCore, job: JobRecord, now: float) -> list[Action]:
     for dependent in sorted(core.dependents.pop(job.job_id, set())):
         actions += check_dependencies(core, dependent, now)
     return actions
+
+
+def drop_cancelled(core: BatchCore, job: JobRecord, now: float) -> list[Action]:
+    """A cancelled job still holds pending tasks (a store written before cancels ended a gang
+    whose ranks were stopping): end them, and the job once nothing of it runs."""
+    for task in core.tasks[job.job_id]:
+        if task.state is TaskState.PENDING:
+            core._unqueue(task)
+            core._finish(task, TaskState.CANCELLED, now, "cancelled")
+    return settle(core, job, now)
 
 
 def check_dependencies(core: BatchCore, job_id: int, now: float) -> list[Action]:

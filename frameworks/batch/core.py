@@ -128,6 +128,9 @@ class BatchCore:
                     self.launched[task.task_id] = now
                 self.active_per_job[task.job_id] = self.active_per_job.get(task.job_id, 0) + 1
                 self.fairshare.started(self.jobs[task.job_id].spec.user, self._cpus(task))
+        for job in [j for j in self.jobs.values() if j.cancelled]:
+            # Offers and gangs its dependents may now want are asked for at registration.
+            _jobs.drop_cancelled(self, job, now)
         for job_id in list(self.jobs):
             self._check_dependencies(job_id, now)
 

@@ -498,6 +498,38 @@ def test_cancelling_one_rank_of_a_gang_does_not_leave_it_hanging() -> None:
     assert h.task(1, 1).state is TaskState.CANCELLED
 
 
+def test_gang_cancelled_while_a_failed_rank_is_stopping_others_ends_cancelled() -> None:
+    """Rank 1 fails (a retry is due), the user cancels while rank 0 is being stopped, and rank 0
+    then finishes: the cancel wins; the gang is not requeued into a job nothing will run."""
+    h = Harness()
+    h.submit(1, spec(ntasks=2, retries=1))
+    (req,) = gang_requests(h.core.registered(T0))
+    h.core.offers(gang_bundle(h, req.request.gang_id), T0)
+    h.run(1, 0, T0)
+    h.run(1, 1, T0)
+    h.update(1, 1, S.FAILED, T0 + 1, code=2)
+    _count, actions = h.core.cancel(1, None, T0 + 2)
+    assert kills(actions) == {h.task(1, 0).task_id}
+    h.update(1, 0, S.FINISHED, T0 + 3, code=0)
+    assert h.core.ended.get(1) is JobState.CANCELLED
+    assert h.jobs[1].state is JobState.CANCELLED
+    assert gang_requests(h.core.tick(T0 + 100)) == []
+
+
+def test_a_cancelled_job_stored_with_pending_tasks_ends_when_loaded() -> None:
+    """A store written before the fix above holds a cancelled gang requeued PENDING: loading
+    it ends the job, rather than keeping it for ever."""
+    h = Harness()
+    h.submit(1, spec(ntasks=2))
+    h.submit(2, spec(dependencies=after(DepKind.AFTERANY, 1)))
+    h.jobs[1].cancelled = True
+    h.stored_jobs[1] = dataclasses.replace(h.jobs[1])
+    core = restarted(h)
+    assert core.ended.get(1) is JobState.CANCELLED
+    assert {t.state for t in core.tasks[2]} == {TaskState.PENDING}
+    assert 2 not in core.waiting  # its dependency has ended: job 2 may run
+
+
 # ---------------------------------------------------------------------- restart
 
 
