@@ -236,7 +236,7 @@ def _readmit(
             task = _reported_task(st, agent_id, at)
             st.add_task(task)
         task.state = at.state
-        task.reported_head = at.status_state
+        task.reported_head, task.reported_uuid = at.status_state, at.status_uuid
         task.released = is_final(at.state)
         if key in previously and at.status_uuid is None:
             # Back from unreachable with every update acknowledged: the framework heard
@@ -328,6 +328,7 @@ def _reported_task(st: MasterState, agent_id: AgentID, at: AgentTask) -> Task:
         resources=at.task.resources,
         state=at.state,
         reported_head=at.status_state,
+        reported_uuid=at.status_uuid,
     )
 
 

@@ -115,6 +115,9 @@ class Task:
     #: the update at the head of its stream, not yet delivered. Reconciliation answers it until
     #: an update of the task is forwarded (None: nothing pending).
     reported_head: TaskState | None = None
+    #: That update's uuid: the framework may acknowledge it having heard it from an earlier
+    #: leader, and then no update of the task follows (Mesos: ``status_update_uuid``).
+    reported_uuid: bytes | None = None
 
     @property
     def key(self) -> TaskKey:

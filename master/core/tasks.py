@@ -85,13 +85,18 @@ def on_acknowledge(st: MasterState, fw: Framework, msg: Acknowledge) -> None:
         ),
     )
     task = st.tasks.get((fw.framework_id, msg.task_id))
-    if (
-        task is not None
-        and task.status is not None
-        and task.status.uuid == msg.uuid
-        and is_final(task.status.state)
-    ):
+    if task is not None and _ends_stream(task, msg.uuid):
         complete(st, task)
+
+
+def _ends_stream(task: Task, uuid: bytes) -> bool:
+    """Whether acknowledging ``uuid`` ends the task's update stream: it is the task's final
+    update, forwarded by this master or reported pending by its agent (the framework heard it
+    from an earlier leader; after this ACK the agent sends nothing more of the task)."""
+    if task.status is not None and task.status.uuid == uuid and is_final(task.status.state):
+        return True
+    head = task.reported_head
+    return task.reported_uuid == uuid and head is not None and is_final(head)
 
 
 def complete(st: MasterState, task: Task) -> None:

@@ -24,6 +24,7 @@ from agora.sdk.messages import (
     ShutdownAgent,
     ShutdownFramework,
     StateReply,
+    StatusUpdateAck,
     TaskState,
     UnregisterAgent,
 )
@@ -223,6 +224,51 @@ def test_a_new_master_reconciles_a_reported_task_with_the_head_of_its_stream() -
     h.agent_update("a1", fw, "t1", TaskState.RUNNING)  # the stream delivers its head
     h.agent_update("a1", fw, "t1", TaskState.FINISHED)
     assert only(updates_in(h.handle("s1", ask), "s1")).state is TaskState.FINISHED  # type: ignore[arg-type]
+
+
+def test_a_new_master_forgets_a_reported_task_once_its_final_update_is_acknowledged() -> None:
+    """After a failover, the framework acknowledges a FINISHED it heard from the old leader; the
+    agent had reported that update still pending. The ACK ends the agent's stream, so no update
+    follows it: the new master must forget the task on that ACK, or it keeps it for ever. Found
+    by the simulation's soak (seed 207786)."""
+    h = Harness(_CFG)
+    fw = h.subscribe("s1", failover_timeout=3600)
+    agent = AgentID("a-old")
+    info = AgentInfo(hostname="a1", resources=Resources.parse("cpus:4;mem:4096"))
+    pending = b"f" * 16
+    task = AgentTask(
+        task=task_info("t1", "cpus:1;mem:128", agent),
+        framework_id=fw,  # type: ignore[arg-type]
+        state=TaskState.FINISHED,
+        status_uuid=pending,
+        status_state=TaskState.FINISHED,
+    )
+    h.handle("a1", ReregisterAgent(agent_id=agent, agent_info=info, tasks=(task,)))
+    h.ack("s1", fw, agent, "t1", b"x" * 16)  # some other uuid: not the end of the stream
+    assert (fw, TaskID("t1")) in h.master.state.tasks
+    out = h.ack("s1", fw, agent, "t1", pending)
+    assert of_type(sent_to(out, "a1"), StatusUpdateAck)
+    assert (fw, TaskID("t1")) not in h.master.state.tasks
+
+
+def test_an_acknowledged_pending_running_update_does_not_forget_a_reported_task() -> None:
+    """The reported head is RUNNING (its FINISHED queued behind it): acknowledging the head does
+    not end the task for the master; the FINISHED still follows."""
+    h = Harness(_CFG)
+    fw = h.subscribe("s1", failover_timeout=3600)
+    agent = AgentID("a-old")
+    info = AgentInfo(hostname="a1", resources=Resources.parse("cpus:4;mem:4096"))
+    head = b"r" * 16
+    task = AgentTask(
+        task=task_info("t1", "cpus:1;mem:128", agent),
+        framework_id=fw,  # type: ignore[arg-type]
+        state=TaskState.FINISHED,
+        status_uuid=head,
+        status_state=TaskState.RUNNING,
+    )
+    h.handle("a1", ReregisterAgent(agent_id=agent, agent_info=info, tasks=(task,)))
+    h.ack("s1", fw, agent, "t1", head)
+    assert (fw, TaskID("t1")) in h.master.state.tasks
 
 
 def test_reregistration_drops_executors_the_agent_no_longer_reports() -> None:
