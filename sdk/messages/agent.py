@@ -19,6 +19,7 @@ from agora.sdk.messages.common import (
     TaskInfo,
 )
 from agora.sdk.messages.container import ContainerUsage
+from agora.sdk.messages.enums import Reason
 
 __all__ = [
     "MESSAGES",
@@ -118,6 +119,9 @@ class KillTask(Message, frozen=True, kw_only=True):
     #: Master -> agent: the framework is partition-aware, so a task the agent never heard of
     #: (its RUN_TASK was lost) ends DROPPED rather than LOST (False from an older master).
     partition_aware: bool = False
+    #: Why the master stops the task when it is not its framework's KILL (TASK_PREEMPTED,
+    #: RESOURCES_REVOKED): the agent gives the task's KILLED update this reason.
+    reason: Reason | None = None
 
 
 class ReconcileTasks(Message, frozen=True, kw_only=True):

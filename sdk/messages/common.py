@@ -200,6 +200,10 @@ class Offer(Record, frozen=True, kw_only=True):
     resources: Resources
     attributes: Mapping[str, str] = msgspec.field(default_factory=dict)
     gang_id: GangID | None = None
+    #: Lent from another role's unused guarantee (only to frameworks with the
+    #: REVOCABLE_RESOURCES capability): tasks launched on it may be killed, reason
+    #: RESOURCES_REVOKED, when the owner needs it back.
+    revocable: bool = False
 
 
 class GangRequest(Record, frozen=True, kw_only=True):

@@ -101,6 +101,10 @@ class Reason(enum.Enum):
     MAX_COMPLETED_TASKS = "MAX_COMPLETED_TASKS"
     GANG_INCOMPLETE = "GANG_INCOMPLETE"
     TIMEOUT = "TIMEOUT"
+    #: Killed by the master to give a role below its guarantee what it is owed.
+    TASK_PREEMPTED = "TASK_PREEMPTED"
+    #: Killed by the master because the revocable resources it ran on were taken back.
+    RESOURCES_REVOKED = "RESOURCES_REVOKED"
 
 
 @enum.unique
@@ -109,6 +113,9 @@ class FrameworkCapability(enum.Enum):
     TASK_KILLING_STATE = "TASK_KILLING_STATE"
     MULTI_ROLE = "MULTI_ROLE"
     GANG = "GANG"
+    #: Offered resources lent from another role's unused guarantee (``Offer.revocable``); a
+    #: task on them is the first to be stopped when the owner reclaims them.
+    REVOCABLE_RESOURCES = "REVOCABLE_RESOURCES"
 
 
 @enum.unique

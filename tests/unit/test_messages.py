@@ -92,7 +92,7 @@ SPEC_FIELDS: dict[str, tuple[str, ...]] = {
     "PONG": ("usage",),
     "RUN_TASK": ("framework_info", "framework_id", "task", "role"),
     "RUN_TASK_GROUP": ("framework_info", "framework_id", "executor", "task_group", "role"),
-    "KILL_TASK": ("framework_id", "task_id", "kill_id", "partition_aware"),
+    "KILL_TASK": ("framework_id", "task_id", "kill_id", "partition_aware", "reason"),
     "RECONCILE_TASKS": ("framework_id", "task_ids", "partition_aware"),
     "SHUTDOWN_EXECUTOR": ("framework_id", "executor_id"),
     "SHUTDOWN_FRAMEWORK": ("framework_id",),
@@ -228,6 +228,7 @@ SPEC_RECORD_FIELDS: dict[str, tuple[str, ...]] = {
         "resources",
         "attributes",
         "gang_id",
+        "revocable",
     ),
     "GangRequest": (
         "gang_id",
@@ -286,13 +287,20 @@ def test_enum_members_match_the_contract() -> None:
         "UNKNOWN",
     ]
     assert [s.name for s in StatusSource] == ["MASTER", "AGENT", "EXECUTOR"]
-    assert len(Reason) == 29
-    assert {"GANG_INCOMPLETE", "TIMEOUT", "RECONCILIATION"} <= Reason.__members__.keys()
+    assert len(Reason) == 31
+    assert {
+        "GANG_INCOMPLETE",
+        "TIMEOUT",
+        "RECONCILIATION",
+        "TASK_PREEMPTED",
+        "RESOURCES_REVOKED",
+    } <= Reason.__members__.keys()
     assert [c.name for c in FrameworkCapability] == [
         "PARTITION_AWARE",
         "TASK_KILLING_STATE",
         "MULTI_ROLE",
         "GANG",
+        "REVOCABLE_RESOURCES",
     ]
     assert [p.name for p in Placement] == ["DISTINCT", "PACK", "ANY"]
     assert len(ErrorCode) == 11
