@@ -20,11 +20,13 @@ import random
 from collections.abc import Iterable, Mapping
 
 from agora.master.allocator.amounts import is_scalar_only, minus
+from agora.master.allocator.claims import claims
 from agora.master.allocator.filters import FilterBook
 from agora.master.allocator.gangs import GangQueue
 from agora.master.allocator.ledger import Ledger
 from agora.master.allocator.quota import Quota, required_headroom, shape_offer
-from agora.master.allocator.state import AgentState, FrameworkState, RoleState
+from agora.master.allocator.reclaim import Candidate, Claim, ReclaimConfig, Victim, plan
+from agora.master.allocator.state import AgentState, FrameworkState, RoleState, lent_slot
 from agora.master.allocator.types import (
     Allocation,
     AllocatorConfig,
@@ -121,15 +123,19 @@ class Allocator:
         roles: Iterable[str],
         now: float,
         suppressed_roles: Iterable[str] = (),
+        revocable: bool = False,
     ) -> None:
-        """Subscribe a framework to ``roles``; ``suppressed_roles`` survive re-subscription."""
+        """Subscribe a framework to ``roles``; ``suppressed_roles`` survive re-subscription;
+        ``revocable``: it takes revocable offers (what unmet guarantees lend)."""
         if framework_id in self._ledger.frameworks:
             raise AllocatorError(f"framework {framework_id!r} already added")
         role_set = _role_set(roles)
         for role in role_set:
             if not isinstance(role, str) or not role:
                 raise AllocatorError(f"bad role {role!r} for framework {framework_id!r}")
-        fw = FrameworkState(framework_id, role_set, _role_set(suppressed_roles) & role_set)
+        fw = FrameworkState(
+            framework_id, role_set, _role_set(suppressed_roles) & role_set, revocable
+        )
         self._ledger.frameworks[framework_id] = fw
         self._ledger.subscribe(fw)
 
@@ -276,11 +282,14 @@ class Allocator:
         if before != after:
             self._ledger.convert(framework_id, agent, role, before, after)
 
-    def offer_closed(self, framework_id: FrameworkID, agent_id: AgentID, role: str) -> None:
-        """The outstanding offer of (framework, agent, role) is gone: a new one may be made."""
+    def offer_closed(
+        self, framework_id: FrameworkID, agent_id: AgentID, role: str, revocable: bool = False
+    ) -> None:
+        """The outstanding offer of (framework, agent, role) is gone: a new one may be made.
+        ``revocable``: the revocable one (a framework may hold one of each)."""
         agent = self._ledger.agents.get(agent_id)
         if agent is not None:
-            self._ledger.offer_closed(agent, framework_id, role)
+            self._ledger.offer_closed(agent, framework_id, lent_slot(role) if revocable else role)
 
     # ------------------------------------------------------------------ gangs
 
@@ -350,8 +359,10 @@ class Allocator:
         role: RoleState,
         candidate: Resources,
         now: float,
+        lend: bool = False,
     ) -> FrameworkState | None:
-        """The first framework of the role, in sorter order, that may get ``candidate``."""
+        """The first framework of the role, in sorter order, that may get ``candidate``
+        (``lend``: only those that take revocable offers)."""
         frameworks = self._ledger.frameworks
         name = role.name
         slots = agent.slots
@@ -363,7 +374,8 @@ class Allocator:
                 or not fw.active
                 or name in fw.suppressed
                 or name not in fw.roles
-                or (framework_id, name) in slots
+                or (framework_id, lent_slot(name) if lend else name) in slots
+                or (lend and not fw.revocable)
             ):
                 continue
             if on_agent is not None and self._filters.refuses(
@@ -427,6 +439,69 @@ class Allocator:
                 self._offer_quota_agent(agent, now, out, below)
         for agent in agents:
             self._offer_quota_agent(agent, now, out, None)
+        if self._required() and any(fw.revocable for fw in self._ledger.frameworks.values()):
+            for agent in agents:
+                self._lend_agent(agent, now, out)
+
+    def _lend_agent(
+        self, agent: AgentState, now: float, out: list[Allocation | GangAllocation]
+    ) -> None:
+        """Stage 3: what headroom held back for unmet guarantees is lent, as revocable offers,
+        to frameworks that take them (within their roles' limits)."""
+        ledger = self._ledger
+        for name in ledger.role_sorter.sort():
+            base = ledger.offerable(agent, name).unreserved()
+            if not base:
+                continue
+            role = ledger.roles[name]
+            offer = shape_offer(
+                base,
+                quota=self._quotas.get(name),
+                allocation=role.alloc,
+                stage1=False,
+                required={},
+                available={},
+            )
+            milli = offer.scalar_totals_milli()
+            if not offer or not self._min_ok(milli, offer):
+                continue
+            fw = self._pick(agent, role, offer, now, lend=True)
+            if fw is None:
+                continue
+            ledger.grant(fw.id, agent, name, offer, milli)
+            agent.slots.add((fw.id, lent_slot(name)))
+            out.append(Allocation(fw.id, agent.id, name, offer, revocable=True))
+
+    # ------------------------------------------------------------------ reclaim
+
+    def claims(self, now: float) -> list[Claim]:
+        """Roles below their guarantee that want resources now, and what reclaim owes them
+        (see :mod:`agora.master.allocator.claims`)."""
+        if not self._quotas:
+            return []
+        return claims(self._ledger, self._quotas, self._filters, self._gangs, now, self._batches)
+
+    def plan_reclaim(
+        self,
+        claims: list[Claim],
+        candidates: Iterable[Candidate],
+        now: float,
+        config: ReclaimConfig,
+    ) -> list[Victim]:
+        """What to take back for ``claims`` among ``candidates`` (see
+        :mod:`agora.master.allocator.reclaim`)."""
+        if not claims:
+            return []
+        ledger = self._ledger
+        return plan(
+            claims,
+            candidates,
+            {name: state.alloc for name, state in ledger.roles.items()},
+            {name: q.guarantee for name, q in self._quotas.items()},
+            ledger.cluster_total,
+            now,
+            config,
+        )
 
     def _offer_quota_agent(
         self,
@@ -506,7 +581,7 @@ class Allocator:
     def outstanding(self, framework_id: FrameworkID) -> frozenset[tuple[AgentID, str]]:
         """The (agent, role) pairs where the framework has an offer not yet closed."""
         return frozenset(
-            (agent.id, role)
+            (agent.id, role.removesuffix(lent_slot("")))
             for agent in self._ledger.agents.values()
             for fid, role in agent.slots
             if fid == framework_id

@@ -13,6 +13,7 @@ batch (Mesos ``HierarchicalAllocatorTest.SmallOfferFilterTimeout``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from agora.sdk.ids import AgentID, FrameworkID
@@ -97,6 +98,24 @@ class FilterBook:
             else:
                 self._forget(framework_id, agent_id, role)
         return any(f.refuses(candidate) for f in live)
+
+    def declines(
+        self,
+        framework_id: FrameworkID,
+        role: str,
+        amount: Mapping[str, int],
+        now: float,
+        batches: int,
+    ) -> bool:
+        """Whether the framework declined, in ``role`` and lately (a live filter), resources of
+        at least ``amount`` (thousandths per scalar): it does not want that much now."""
+        for agent_id in self._agents_of.get(framework_id, ()):
+            for f in self._by_agent.get(agent_id, {}).get((framework_id, role), ()):
+                if f.alive(now, batches):
+                    have = f.resources.scalar_totals_milli()
+                    if all(have.get(name, 0) >= value for name, value in amount.items()):
+                        return True
+        return False
 
     def _forget(self, framework_id: FrameworkID, agent_id: AgentID, role: str) -> None:
         slots = self._by_agent.get(agent_id)

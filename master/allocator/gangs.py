@@ -59,6 +59,15 @@ class GangQueue:
     def __len__(self) -> int:
         return len(self._gangs)
 
+    def roles_waiting(self) -> set[str]:
+        """The roles with a gang request pending (of an active framework)."""
+        frameworks = self._ledger.frameworks
+        return {
+            g.role
+            for g in self._gangs.values()
+            if (fw := frameworks.get(g.framework_id)) is not None and fw.active
+        }
+
     def _fifo(self) -> list[Gang]:
         if self._order is None:
             self._order = sorted(self._gangs.values(), key=lambda g: (g.requested, g.seq))

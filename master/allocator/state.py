@@ -7,7 +7,13 @@ from agora.master.allocator.sorter import Sorter
 from agora.sdk.ids import AgentID, FrameworkID
 from agora.sdk.resources import UNRESERVED, Resources
 
-__all__ = ["AgentState", "FrameworkState", "RoleState"]
+__all__ = ["AgentState", "FrameworkState", "RoleState", "lent_slot"]
+
+
+def lent_slot(role: str) -> str:
+    """The slot name of a revocable offer in ``role``: a framework may hold one beside its
+    ordinary offer on the same agent and role."""
+    return role + "\x00lent"
 
 
 class AgentState:
@@ -60,15 +66,21 @@ class AgentState:
 
 
 class FrameworkState:
-    __slots__ = ("active", "id", "roles", "suppressed")
+    __slots__ = ("active", "id", "revocable", "roles", "suppressed")
 
     def __init__(
-        self, framework_id: FrameworkID, roles: frozenset[str], suppressed: frozenset[str]
+        self,
+        framework_id: FrameworkID,
+        roles: frozenset[str],
+        suppressed: frozenset[str],
+        revocable: bool = False,
     ) -> None:
         self.id = framework_id
         self.roles = roles
         self.suppressed = set(suppressed)
         self.active = True
+        #: It takes revocable offers (lent from unmet guarantees).
+        self.revocable = revocable
 
 
 class RoleState:

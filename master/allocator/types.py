@@ -47,6 +47,8 @@ class Allocation:
     agent_id: AgentID
     role: str
     resources: Resources
+    #: Lent from an unmet guarantee: the owner may take it back (see reclaim.py).
+    revocable: bool = False
 
 
 @dataclass(frozen=True, slots=True)
