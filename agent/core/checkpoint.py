@@ -151,6 +151,8 @@ class TaskRecord(Record, frozen=True, kw_only=True):
     limitation_message: str = ""
     #: The GPUs (indices) it holds (gpus.py); an agent that kept them in gpus.json wrote none.
     gpus: Annotated[tuple[Annotated[int, Range(0, 2**31 - 1)], ...], MaxItems(4096)] = ()
+    #: Being killed by the master for a reason of its own (reclaim): its KILLED update's reason.
+    kill_reason: Reason | None = None
 
 
 class StreamRecord(Record, frozen=True, kw_only=True):
@@ -222,6 +224,7 @@ def _task(task: Task) -> bytes:
             limitation_reason=task.limitation[0] if task.limitation else None,
             limitation_message=task.limitation[1] if task.limitation else "",
             gpus=task.gpus,
+            kill_reason=task.kill_reason,
         )
     )
 

@@ -148,6 +148,7 @@ def _rebuild(st: AgentState, data: checkpoint.Decoded) -> None:
                 else None
             ),
             gpus=tr.gpus,
+            kill_reason=tr.kill_reason,
         )
         st.tasks[task.key] = task
         fw.tasks.add(task.info.task_id)

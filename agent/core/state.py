@@ -138,6 +138,9 @@ class Task:
     #: A limit of its container was exceeded (e.g. its disk) and it is being killed for it:
     #: the reason and message its final update gets, whatever state the executor reports.
     limitation: tuple[Reason, str] | None = None
+    #: The master killed it for a reason of its own (TASK_PREEMPTED, RESOURCES_REVOKED, from
+    #: KILL_TASK): the reason its KILLED update gets when the executor gives none.
+    kill_reason: Reason | None = None
     #: The GPUs (indices) it holds, assigned when it is handed to its executor and given back
     #: when it is over (see gpus.py).
     gpus: tuple[int, ...] = ()

@@ -265,6 +265,9 @@ def on_kill_task(st: AgentState, msg: KillTask, now: float) -> None:
         return
     if is_final(task.state):
         return
+    if msg.reason is not None and task.kill_reason is None:
+        task.kill_reason = msg.reason
+        st.touch(task)
     ex = st.executors.get((fid, task.executor_id))
     if ex is None:
         return
@@ -293,7 +296,7 @@ def _kill_waiting(st: AgentState, ex: Executor, task: Task, now: float) -> None:
                     ex,
                     [launch],
                     TaskState.KILLED,
-                    Reason.TASK_KILLED_DURING_LAUNCH,
+                    task.kill_reason or Reason.TASK_KILLED_DURING_LAUNCH,
                     "Task killed before it was launched",
                     now,
                 )
@@ -337,6 +340,8 @@ def on_executor_update(st: AgentState, ex: Executor, update: StatusUpdate, now: 
                     message=message,
                     source=StatusSource.AGENT,
                 )
+            elif task.kill_reason is not None and clean.state is TaskState.KILLED:
+                clean = replace(clean, reason=clean.reason or task.kill_reason)
             st.report(ex.framework_id, clean, now)
     st.to_executor(
         ex.peer,

@@ -20,7 +20,7 @@ import random
 from collections.abc import Iterable, Mapping
 
 from agora.master.allocator.amounts import is_scalar_only, minus
-from agora.master.allocator.claims import claims
+from agora.master.allocator.claims import claims, wanted
 from agora.master.allocator.filters import FilterBook
 from agora.master.allocator.gangs import GangQueue
 from agora.master.allocator.ledger import Ledger
@@ -161,6 +161,10 @@ class Allocator:
             self._ledger.epoch += 1
             if not active:
                 self._gangs.framework_inactive(framework_id)
+
+    def set_framework_revocable(self, framework_id: FrameworkID, revocable: bool) -> None:
+        """Whether it takes revocable offers (its capabilities may change on re-subscription)."""
+        self._framework(framework_id).revocable = revocable
 
     def _roles_of(self, fw: FrameworkState, roles: Iterable[str] | None) -> frozenset[str]:
         return fw.roles if roles is None else _role_set(roles) & fw.roles
@@ -440,37 +444,16 @@ class Allocator:
         for agent in agents:
             self._offer_quota_agent(agent, now, out, None)
         if self._required() and any(fw.revocable for fw in self._ledger.frameworks.values()):
+            # What roles that want their guarantee now are owed is never lent: freed, it
+            # waits for them (their offers come in stage 1).
+            owed: dict[str, int] = {}
+            for _role, unmet in wanted(
+                self._ledger, self._quotas, self._filters, self._gangs, now, self._batches
+            ):
+                for name, value in unmet.items():
+                    owed[name] = owed.get(name, 0) + value
             for agent in agents:
-                self._lend_agent(agent, now, out)
-
-    def _lend_agent(
-        self, agent: AgentState, now: float, out: list[Allocation | GangAllocation]
-    ) -> None:
-        """Stage 3: what headroom held back for unmet guarantees is lent, as revocable offers,
-        to frameworks that take them (within their roles' limits)."""
-        ledger = self._ledger
-        for name in ledger.role_sorter.sort():
-            base = ledger.offerable(agent, name).unreserved()
-            if not base:
-                continue
-            role = ledger.roles[name]
-            offer = shape_offer(
-                base,
-                quota=self._quotas.get(name),
-                allocation=role.alloc,
-                stage1=False,
-                required={},
-                available={},
-            )
-            milli = offer.scalar_totals_milli()
-            if not offer or not self._min_ok(milli, offer):
-                continue
-            fw = self._pick(agent, role, offer, now, lend=True)
-            if fw is None:
-                continue
-            ledger.grant(fw.id, agent, name, offer, milli)
-            agent.slots.add((fw.id, lent_slot(name)))
-            out.append(Allocation(fw.id, agent.id, name, offer, revocable=True))
+                self._offer_quota_agent(agent, now, out, None, lend=owed)
 
     # ------------------------------------------------------------------ reclaim
 
@@ -509,8 +492,12 @@ class Allocator:
         now: float,
         out: list[Allocation | GangAllocation],
         stage1: set[str] | None,
+        lend: Mapping[str, int] | None = None,
     ) -> None:
-        """Stage 1 (``stage1`` = roles below guarantee) or stage 2 (None) on one agent."""
+        """Stage 1 (``stage1`` = roles below guarantee) or stage 2 (None) on one agent; or,
+        with ``lend`` (what roles that want their guarantee now are owed), stage 3: what
+        headroom held back beyond ``lend`` goes, as revocable offers of unreserved resources,
+        to frameworks that take them (within their roles' limits)."""
         ledger = self._ledger
         for name in ledger.role_sorter.sort():
             if stage1 is not None and name not in stage1:
@@ -521,6 +508,8 @@ class Allocator:
                 continue
             while True:  # a cut offer may leave something for the next framework
                 base = ledger.offerable(agent, name)
+                if lend is not None:
+                    base = base.unreserved()
                 if not base:
                     break
                 offer = shape_offer(
@@ -528,18 +517,18 @@ class Allocator:
                     quota=quota,
                     allocation=role.alloc,
                     stage1=stage1 is not None,
-                    required=self._required(),
+                    required=self._required() if lend is None else lend,
                     available=minus(ledger.free_unres, ledger.earmark_unres),
                 )
                 milli = offer.scalar_totals_milli()
                 if not offer or not self._min_ok(milli, offer):
                     break
-                fw = self._pick(agent, role, offer, now)
+                fw = self._pick(agent, role, offer, now, lend=lend is not None)
                 if fw is None:
                     break
                 ledger.grant(fw.id, agent, name, offer, milli)
-                agent.slots.add((fw.id, name))
-                out.append(Allocation(fw.id, agent.id, name, offer))
+                agent.slots.add((fw.id, name if lend is None else lent_slot(name)))
+                out.append(Allocation(fw.id, agent.id, name, offer, revocable=lend is not None))
 
     # ------------------------------------------------------------------ introspection
 

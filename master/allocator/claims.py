@@ -3,9 +3,11 @@
 A role with a quota guarantee it has not reached is a claimant when it has *demand*:
 
 * one of its frameworks has a gang request waiting, or
-* one of its frameworks is active, not suppressed in the role, holds no offer in the role, and
-  has not lately declined (a live filter) as much as the role is still owed — it would take
-  what reclaim frees.
+* one of its frameworks is active, not suppressed in the role, and has not lately declined (a
+  live filter) as much as the role is still owed — it would take what reclaim frees.
+
+What a claimant holds in offers counts as its allocation already, so an offer it sits on
+shrinks what it is owed rather than hiding its demand.
 
 A framework that wants nothing should suppress: it then claims nothing, and what its role is
 guaranteed is lent to others meanwhile. The claim is the unmet guarantee beyond what lies free
@@ -23,9 +25,34 @@ from agora.master.allocator.gangs import GangQueue
 from agora.master.allocator.ledger import Ledger
 from agora.master.allocator.quota import Quota
 from agora.master.allocator.reclaim import Claim
-from agora.sdk.ids import FrameworkID
 
-__all__ = ["claims"]
+__all__ = ["claims", "wanted"]
+
+
+def wanted(
+    ledger: Ledger,
+    quotas: Mapping[str, Quota],
+    filters: FilterBook,
+    gangs: GangQueue,
+    now: float,
+    batches: int,
+) -> list[tuple[str, dict[str, int]]]:
+    """The roles below their guarantee that have demand, in role-sorter order, with their
+    unmet guarantee: what must not be lent, and what reclaim works for."""
+    below = [
+        (name, unmet)
+        for name in ledger.role_sorter.sort()
+        if (quota := quotas.get(name)) is not None
+        and (unmet := quota.unmet(ledger.roles[name].alloc))
+    ]
+    if not below:
+        return []
+    waiting = gangs.roles_waiting() if gangs else set()
+    return [
+        (name, unmet)
+        for name, unmet in below
+        if name in waiting or _wants(ledger, filters, name, unmet, now, batches)
+    ]
 
 
 def claims(
@@ -37,24 +64,9 @@ def claims(
     batches: int,
 ) -> list[Claim]:
     """The claimant roles, in the order reclaim serves them, with what each still needs."""
-    below = [
-        (name, unmet)
-        for name in ledger.role_sorter.sort()
-        if (quota := quotas.get(name)) is not None
-        and (unmet := quota.unmet(ledger.roles[name].alloc))
-    ]
-    if not below:
-        return []
-    waiting = gangs.roles_waiting() if gangs else set()
-    holding: set[tuple[FrameworkID, str]] = set()
-    for agent in ledger.agents.values():
-        if agent.slots:
-            holding |= agent.slots
     available = minus(ledger.free_unres, ledger.earmark_unres)
     out: list[Claim] = []
-    for name, unmet in below:
-        if name not in waiting and not _wants(ledger, filters, name, unmet, holding, now, batches):
-            continue
+    for name, unmet in wanted(ledger, quotas, filters, gangs, now, batches):
         need = minus(unmet, available)
         available = minus(available, unmet)
         if need:
@@ -67,7 +79,6 @@ def _wants(
     filters: FilterBook,
     role: str,
     unmet: Mapping[str, int],
-    holding: set[tuple[FrameworkID, str]],
     now: float,
     batches: int,
 ) -> bool:
@@ -78,7 +89,6 @@ def _wants(
             and fw.active
             and role in fw.roles
             and role not in fw.suppressed
-            and (framework_id, role) not in holding
             and not filters.declines(framework_id, role, unmet, now, batches)
         ):
             return True

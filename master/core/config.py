@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agora.master.allocator import AllocatorConfig
+from agora.master.allocator.reclaim import ReclaimConfig
 from agora.master.core.run_as import RunAsPolicy
 from agora.sdk.resources import Resources
 
@@ -49,6 +50,8 @@ class MasterConfig:
     #: Removed frameworks remembered (with their completed tasks) for operators (Mesos: 50).
     max_completed_frameworks: int = 50
     allocator: AllocatorConfig = field(default_factory=AllocatorConfig)
+    #: Taking back what roles below their guarantee are owed (see master/core/reclaim.py).
+    reclaim: ReclaimConfig = field(default_factory=ReclaimConfig)
     #: Registry changes (agents admitted, unreachable or gone; frameworks added or removed) wait
     #: for the daemon to commit them (``Propose`` actions) before they take effect. Off, the core
     #: applies them to its own registry at once (one master, tests, simulations).

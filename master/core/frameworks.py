@@ -14,6 +14,7 @@ from agora.sdk.ids import AgentID, FrameworkID
 from agora.sdk.messages import (
     Error,
     ErrorCode,
+    FrameworkCapability,
     FrameworkInfo,
     KillTask,
     Reason,
@@ -196,7 +197,13 @@ def _add(
     fw.tasks = {key for key in st.tasks if key[0] == framework_id}
     _bind_peer(st, fw, sender)
     st.frameworks[framework_id] = fw
-    st.allocator.add_framework(framework_id, info.roles, now, suppressed_roles=msg.suppressed_roles)
+    st.allocator.add_framework(
+        framework_id,
+        info.roles,
+        now,
+        suppressed_roles=msg.suppressed_roles,
+        revocable=FrameworkCapability.REVOCABLE_RESOURCES in info.capabilities,
+    )
     st.full_allocation_due = True
     st.send(sender, _subscribed(st, framework_id))
 
@@ -228,6 +235,9 @@ def _resubscribe(st: MasterState, sender: Peer, fw: Framework, msg: Subscribe, n
     if msg.suppressed_roles:
         st.allocator.suppress(fw.framework_id, msg.suppressed_roles)
     st.allocator.set_framework_active(fw.framework_id, True)
+    st.allocator.set_framework_revocable(
+        fw.framework_id, FrameworkCapability.REVOCABLE_RESOURCES in fw.info.capabilities
+    )
     st.full_allocation_due = True
     st.send(sender, _subscribed(st, fw.framework_id))
 

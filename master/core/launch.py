@@ -233,6 +233,8 @@ class _Launch:
         for offer_id, amount in charges.items():
             self.remaining[offer_id] = self.remaining[offer_id] - amount
         offer = self.offers[next(iter(charges))]
+        # On lent resources if any of what it was charged came from a revocable offer.
+        revocable = any(self.offers[oid].revocable for oid, amount in charges.items() if amount)
         agent = st.agents[offer.agent_id]
         executor = group_executor or tasks[0].executor
         if executor is not None:
@@ -249,6 +251,8 @@ class _Launch:
                     role=offer.role,
                     resources=task.resources,
                     state=TaskState.STAGING,
+                    revocable=revocable,
+                    launched_at=self.now,
                 )
             )
         if group_executor is not None:

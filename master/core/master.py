@@ -20,6 +20,7 @@ from agora.master.core import (
     offers,
     operator,
     operator_calls,
+    reclaim,
     recovery,
     tasks,
 )
@@ -245,6 +246,7 @@ class Master:
             st.next_batch_at = now + cfg.allocation_interval
             st.dirty_agents.clear()
             offers.allocate(st, now, None)
+            reclaim.reclaim(st, now)
         return self._finish(now)
 
     def _agent_of(self, sender: Peer) -> Agent | None:

@@ -50,6 +50,7 @@ def _outstanding(
         resources=a.resources,
         created_at=now,
         gang_id=gang.gang_id if gang is not None else None,
+        revocable=a.revocable,
     )
     st.offers[offer.offer_id] = offer
     fw = st.frameworks.get(a.framework_id)
@@ -69,6 +70,7 @@ def _offer(st: MasterState, o: OutstandingOffer) -> Offer:
         resources=o.resources,
         attributes=dict(info.attributes),
         gang_id=o.gang_id,
+        revocable=o.revocable,
     )
 
 
@@ -93,7 +95,9 @@ def close_offer(
         fw.offers.discard(offer_id)
     agent = st.agents.get(offer.agent_id)
     if agent is not None and agent.status is AgentStatus.ACTIVE:
-        st.allocator.offer_closed(offer.framework_id, offer.agent_id, offer.role)
+        st.allocator.offer_closed(
+            offer.framework_id, offer.agent_id, offer.role, revocable=offer.revocable
+        )
     back = offer.resources if unused is None else unused
     st.recover(offer.framework_id, offer.agent_id, offer.role, back, now, refuse_seconds)
     return offer

@@ -118,6 +118,13 @@ class Task:
     #: That update's uuid: the framework may acknowledge it having heard it from an earlier
     #: leader, and then no update of the task follows (Mesos: ``status_update_uuid``).
     reported_uuid: bytes | None = None
+    #: Launched on revocable resources (lent from an unmet guarantee): the first to be taken.
+    revocable: bool = False
+    #: When the master launched it (0.0: learnt from an agent's report, time unknown).
+    launched_at: float = 0.0
+    #: Being stopped by reclaim, and the reason its KILLED update gets (TASK_PREEMPTED or
+    #: RESOURCES_REVOKED); None: not taken.
+    reclaim_reason: Reason | None = None
 
     @property
     def key(self) -> TaskKey:
@@ -133,6 +140,8 @@ class OutstandingOffer:
     resources: Resources
     created_at: float
     gang_id: GangID | None = None
+    #: Lent from an unmet guarantee (made only to frameworks that take revocable offers).
+    revocable: bool = False
     #: Every offer id of the gang bundle this offer belongs to (itself included).
     bundle: tuple[OfferID, ...] = ()
 
@@ -175,6 +184,7 @@ class MasterState:
     next_prompt_at: float = 0.0
     next_ping_at: float = 0.0
     next_heartbeat_at: float = 0.0
+    next_reclaim_at: float = 0.0
     #: The replicated registry (read-only here: committed operations change it).
     registry: Registry = field(default_factory=Registry)
     #: Proposed registry operations awaiting commit: seq -> what to do then.

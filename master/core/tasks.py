@@ -177,6 +177,7 @@ def resend_kills(st: MasterState, agent: Agent, reported: Iterable[AgentTask]) -
                 task_id=at.task.task_id,
                 kill_id=task.kill_id,
                 partition_aware=fw is not None and fw.partition_aware,
+                reason=task.reclaim_reason,
             ),
         )
 

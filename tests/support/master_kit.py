@@ -98,8 +98,11 @@ class Harness:
         failover_timeout: float = 0.0,
         framework_id: FrameworkID | None = None,
         suppressed_roles: tuple[str, ...] = (),
+        revocable: bool = False,
     ) -> FrameworkID:
         caps = (FrameworkCapability.PARTITION_AWARE,) if partition_aware else ()
+        if revocable:
+            caps += (FrameworkCapability.REVOCABLE_RESOURCES,)
         info = FrameworkInfo(
             name=peer,
             roles=roles,

@@ -110,6 +110,47 @@ def test_killing_a_launched_task_is_the_executors_job() -> None:
     assert forwarded(out) == []
 
 
+def test_a_task_the_master_reclaims_ends_killed_with_the_masters_reason() -> None:
+    """KILL_TASK with a reason (the master's reclaim): the executor reports a plain KILLED, and
+    the agent gives it the reason, so the framework learns it was preempted."""
+    h = registered()
+    h.run("t1")
+    h.run("t2")
+    h.start_executor("cmd")
+    preempt = KillTask(framework_id=FID, task_id=TaskID("t1"), reason=Reason.TASK_PREEMPTED)
+    out = h.master(preempt)
+    assert to_executor(out, "cmd") == [KillTask(framework_id=FID, task_id=TaskID("t1"))]
+    out, _ = h.update("cmd", "t1", TaskState.KILLED)
+    assert states(forwarded(out)) == [("t1", TaskState.KILLED, Reason.TASK_PREEMPTED)]
+    kill(h, "t2")  # a framework's own kill keeps no reason
+    out, _ = h.update("cmd", "t2", TaskState.KILLED)
+    assert states(forwarded(out)) == [("t2", TaskState.KILLED, None)]
+
+
+def test_a_reclaimed_task_still_waiting_for_its_executor_ends_with_that_reason() -> None:
+    h = registered()
+    h.run("t1")
+    revoke = KillTask(framework_id=FID, task_id=TaskID("t1"), reason=Reason.RESOURCES_REVOKED)
+    out = h.master(revoke)
+    assert states(forwarded(out)) == [("t1", TaskState.KILLED, Reason.RESOURCES_REVOKED)]
+
+
+def test_the_masters_kill_reason_survives_an_agent_restart() -> None:
+    from agora.agent.core import Agent
+
+    h = registered()
+    h.run("t1")
+    h.start_executor("cmd")
+    h.master(KillTask(framework_id=FID, task_id=TaskID("t1"), reason=Reason.TASK_PREEMPTED))
+    records = h.agent.durable_records()
+    again = AgentHarness(cfg=h.cfg)
+    again.agent = Agent(h.cfg)
+    cmd = (FID, COMMAND_EXECUTOR_ID)
+    again.agent.recover(records, h.now, alive={cmd}, cleanup=False)
+    task = again.st.tasks[(FID, TaskID("t1"))]
+    assert task.kill_reason is Reason.TASK_PREEMPTED
+
+
 def test_killing_an_unknown_task_answers_lost_once() -> None:
     h = registered()
     out = kill(h, "ghost")

@@ -77,7 +77,7 @@ def test_free_resources_shrink_the_claim() -> None:
     assert claim.need == {"cpus": 1000}
 
 
-def test_an_owner_holding_an_offer_or_declining_the_amount_does_not_claim() -> None:
+def test_an_owner_holding_its_guarantee_or_declining_it_does_not_claim() -> None:
     alloc = two_queues()
     got = offers(alloc.allocate(0.0))
     lent = next(o for o in got if o.revocable)
@@ -86,7 +86,7 @@ def test_an_owner_holding_an_offer_or_declining_the_amount_does_not_claim() -> N
     alloc.revive(A)
     (to_a,) = offers(alloc.allocate(1.0))
     assert to_a.framework_id == A and not to_a.revocable
-    assert alloc.claims(1.5) == []  # it holds an offer
+    assert alloc.claims(1.5) == []  # it holds an offer of all it is owed
     alloc.recover_resources(A, to_a.agent_id, "a", to_a.resources, 2.0, refuse_seconds=30)
     alloc.offer_closed(A, to_a.agent_id, "a")
     alloc.allocate(2.5)  # lent to b again

@@ -1,0 +1,127 @@
+"""Reclaim in the master: carry out what the allocator decides a role below its guarantee is owed.
+
+Every ``reclaim_interval`` the allocator names the claimant roles and what they need
+(:meth:`~agora.master.allocator.Allocator.claims`). Only then are the candidates gathered —
+other roles' outstanding offers and running tasks on active agents — and the allocator plans
+what to take (:mod:`agora.master.allocator.reclaim`). Offers are rescinded; tasks are killed
+through their agents with the kill grace period, and end KILLED with reason TASK_PREEMPTED,
+or RESOURCES_REVOKED for tasks on revocable resources. Their resources come back when their
+agent reports the end, and the allocator's first stage offers them to the roles below their
+guarantee before anyone else.
+
+A task's priority, for choosing among victims of one role, is its ``agora.priority`` label
+(an integer; 0 when absent or not a number): lower goes first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+from agora.master.allocator.reclaim import Candidate, Victim
+from agora.master.core.offers import rescind_offers
+from agora.master.core.state import AgentStatus, MasterState, Task
+from agora.sdk.ids import OfferID
+from agora.sdk.messages import KillTask, Reason, TaskState, is_final
+
+__all__ = ["PRIORITY_LABEL", "reclaim"]
+
+PRIORITY_LABEL = "agora.priority"
+
+#: States in which a task holds resources and can be stopped.
+_RUNNING = frozenset({TaskState.STAGING, TaskState.STARTING, TaskState.RUNNING, TaskState.KILLING})
+
+
+def reclaim(st: MasterState, now: float) -> None:
+    """One reclaim round, if one is due and a role claims what it is owed."""
+    cfg = st.config.reclaim
+    if not cfg.enabled or now < st.next_reclaim_at:
+        return
+    st.next_reclaim_at = now + cfg.interval
+    claims = st.allocator.claims(now)
+    if not claims:
+        return
+    candidates, tasks = _candidates(st)
+    victims = st.allocator.plan_reclaim(claims, candidates, now, cfg)
+    rescind: list[OfferID] = []
+    for victim in victims:
+        key = victim.candidate.key
+        if key in tasks:
+            _take(st, tasks[key], victim)
+        else:
+            rescind.append(OfferID(str(key)))
+    if rescind:
+        st.notice("reclaim_rescinds", offers=",".join(sorted(rescind)))
+        rescind_offers(st, rescind, now)
+
+
+def _candidates(st: MasterState) -> tuple[list[Candidate], dict[Hashable, Task]]:
+    """What reclaim may take, and the tasks among them by candidate key."""
+    active = {aid for aid, a in st.agents.items() if a.status is AgentStatus.ACTIVE}
+    out = [
+        Candidate(
+            key=str(o.offer_id),
+            kind="offer",
+            role=o.role,
+            scalars=o.resources.scalar_totals_milli(),
+            revocable=o.revocable,
+        )
+        for o in st.offers.values()
+        if o.gang_id is None and o.agent_id in active
+    ]
+    tasks: dict[Hashable, Task] = {}
+    for task in st.tasks.values():
+        if task.released or task.state not in _RUNNING or task.agent_id not in active:
+            continue
+        tasks[task.key] = task
+        out.append(
+            Candidate(
+                key=task.key,
+                kind="task",
+                role=task.role,
+                scalars=task.resources.scalar_totals_milli(),
+                revocable=task.revocable,
+                priority=_priority(task),
+                started_at=task.launched_at,
+                stopping=task.reclaim_reason is not None,
+            )
+        )
+    return out, tasks
+
+
+def _priority(task: Task) -> int:
+    text = task.info.labels.get(PRIORITY_LABEL)
+    if text is None:
+        return 0
+    try:
+        return int(text)
+    except ValueError:
+        return 0
+
+
+def _take(st: MasterState, task: Task, victim: Victim) -> None:
+    if is_final(task.state):
+        return
+    reason = Reason.RESOURCES_REVOKED if victim.revoked else Reason.TASK_PREEMPTED
+    task.reclaim_reason = reason
+    task.kill_id = st.mint("reclaim-")
+    fw = st.frameworks.get(task.framework_id)
+    st.notice(
+        "task_reclaimed",
+        framework_id=task.framework_id,
+        task_id=task.info.task_id,
+        agent_id=task.agent_id,
+        role=task.role,
+        claimant=victim.claimant,
+        reason=reason.value,
+        kill_id=task.kill_id,
+    )
+    st.send_agent(
+        task.agent_id,
+        KillTask(
+            framework_id=task.framework_id,
+            task_id=task.info.task_id,
+            kill_id=task.kill_id,
+            partition_aware=fw is not None and fw.partition_aware,
+            reason=reason,
+        ),
+    )
