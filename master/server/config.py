@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from agora.master.allocator import Allocator, AllocatorError
+from agora.master.allocator.reclaim import ReclaimConfig
 from agora.master.core import MasterConfig
 from agora.sdk.daemon.settings import (
     Option,
@@ -339,6 +340,21 @@ OPTIONS: tuple[Option, ...] = (
         "quota guarantees: role:resources, roles joined by ',' ('a:cpus:4;mem:1024,b:cpus:2')",
     ),
     Option("quota_limit", parse_quotas, {}, "quota limits, same syntax as --quota"),
+    Option(
+        "reclaim",
+        parse_bool,
+        True,
+        "take back what a role below its --quota guarantee is owed when it wants it: lent"
+        " (revocable) tasks first, then tasks of roles above their own guarantee",
+    ),
+    Option("reclaim_interval", positive_seconds, 1.0, "seconds between reclaim rounds"),
+    Option(
+        "reclaim_min_runtime",
+        non_negative_seconds,
+        10.0,
+        "reclaim never stops a task that started less than this many seconds ago",
+    ),
+    Option("reclaim_max_victims", positive_int, 100, "tasks reclaim may stop per round"),
     Option("log_format", parse_choice(LOG_FORMATS), "console", "log format: console or json"),
     Option("log_level", parse_choice(LOG_LEVELS), "info", "log level: debug, info, warning, error"),
     Option(
@@ -429,6 +445,12 @@ def settings_from(values: Mapping[str, Any]) -> DaemonSettings:
         roles=values["roles"],
         weights=dict(values["weights"]),
         quotas=quotas,
+        reclaim=ReclaimConfig(
+            enabled=values["reclaim"],
+            interval=values["reclaim_interval"],
+            min_runtime=values["reclaim_min_runtime"],
+            max_victims=values["reclaim_max_victims"],
+        ),
         agent_reregister_timeout=values["agent_reregister_timeout"],
         framework_reregister_timeout=values["framework_reregister_timeout"],
         recovery_hold_off=values["recovery_hold_off"],

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from agora.master.allocator.reclaim import ReclaimConfig
 from agora.master.core import MasterConfig
 from agora.master.server.config import (
     OPTIONS,
@@ -49,6 +50,10 @@ def test_every_option_is_a_flag_an_env_var_and_a_toml_key() -> None:
         "weights",
         "quota",
         "quota_limit",
+        "reclaim",
+        "reclaim_interval",
+        "reclaim_min_runtime",
+        "reclaim_max_victims",
         "log_format",
         "log_level",
         "endpoint_file",
@@ -91,11 +96,20 @@ def test_flags_map_onto_master_config(tmp_path: Path) -> None:
             "json",
             "--log-level",
             "DEBUG",
+            "--reclaim",
+            "off",
+            "--reclaim-interval",
+            "2",
+            "--reclaim-min-runtime",
+            "0",
+            "--reclaim-max-victims",
+            "7",
             "--insecure",
         ],
         env={},
     )
     m = s.master
+    assert m.reclaim == ReclaimConfig(enabled=False, interval=2.0, min_runtime=0.0, max_victims=7)
     assert s.bind == "tcp://127.0.0.1:0"
     assert s.work_dir == tmp_path / "w" and s.endpoint_file == tmp_path / "ep"
     assert m.allocation_interval == 0.05 and s.tick_interval == 0.05
