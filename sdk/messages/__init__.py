@@ -12,7 +12,7 @@ from typing import Final
 
 # The ids the records carry are defined in agora.sdk.ids and importable from here too.
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, GangID, OfferID, TaskID
-from agora.sdk.messages import agent, election, executor, operator, scheduler
+from agora.sdk.messages import agent, election, executor, maintenance, operator, scheduler
 from agora.sdk.messages._record import (
     MaxItems,
     MaxLen,
@@ -103,6 +103,17 @@ from agora.sdk.messages.executor import (
     RegisterExecutor,
     ReregisterExecutor,
 )
+from agora.sdk.messages.maintenance import (
+    AcceptInverseOffers,
+    CancelMaintenance,
+    DeclineInverseOffers,
+    InverseOffer,
+    InverseOfferAnswer,
+    InverseOffers,
+    MaintenanceSummary,
+    RescindInverseOffer,
+    ScheduleMaintenance,
+)
 from agora.sdk.messages.operator import (
     OPERATOR_CALLS,
     AgentSummary,
@@ -155,6 +166,7 @@ MESSAGE_TYPES: Final[Mapping[str, type[Message]]] = build_registry(
         *executor.MESSAGES,
         *operator.MESSAGES,
         *election.MESSAGES,
+        *maintenance.MESSAGES,
     )
 )
 
@@ -164,6 +176,7 @@ __all__ = [
     "TERMINAL_STATES",
     "URI",
     "Accept",
+    "AcceptInverseOffers",
     "Acknowledge",
     "Acknowledgements",
     "AgentID",
@@ -174,10 +187,12 @@ __all__ = [
     "AgentTask",
     "AppendEntries",
     "AppendReply",
+    "CancelMaintenance",
     "CommandInfo",
     "ContainerInfo",
     "ContainerUsage",
     "Decline",
+    "DeclineInverseOffers",
     "DetectLeader",
     "DrainAgent",
     "Error",
@@ -204,6 +219,9 @@ __all__ = [
     "HealthCheckKind",
     "Heartbeat",
     "InstallSnapshot",
+    "InverseOffer",
+    "InverseOfferAnswer",
+    "InverseOffers",
     "Kill",
     "KillTask",
     "Launch",
@@ -212,6 +230,7 @@ __all__ = [
     "LaunchTaskGroup",
     "LeaderInfo",
     "LogEntry",
+    "MaintenanceSummary",
     "MarkAgentGone",
     "MasterInfo",
     "MasterMember",
@@ -240,12 +259,14 @@ __all__ = [
     "ReregisterAgent",
     "ReregisterExecutor",
     "Rescind",
+    "RescindInverseOffer",
     "Reserve",
     "Revive",
     "RoleSummary",
     "RoleWeight",
     "RunTask",
     "RunTaskGroup",
+    "ScheduleMaintenance",
     "SendMessage",
     "Shutdown",
     "ShutdownAgent",

@@ -105,6 +105,8 @@ class Reason(enum.Enum):
     TASK_PREEMPTED = "TASK_PREEMPTED"
     #: Killed by the master because the revocable resources it ran on were taken back.
     RESOURCES_REVOKED = "RESOURCES_REVOKED"
+    #: Killed by the master: still running on a draining agent at the drain's deadline.
+    AGENT_DRAINING = "AGENT_DRAINING"
 
 
 @enum.unique

@@ -11,6 +11,11 @@ from agora.sdk.messages._record import MaxItems, Message, Range, Record, ShortSt
 from agora.sdk.messages.common import MasterInfo
 from agora.sdk.messages.container import ContainerUsage
 from agora.sdk.messages.enums import Reason, TaskState
+from agora.sdk.messages.maintenance import (
+    CancelMaintenance,
+    MaintenanceSummary,
+    ScheduleMaintenance,
+)
 from agora.sdk.resources import Resources
 
 __all__ = [
@@ -56,6 +61,10 @@ class AgentSummary(Record, frozen=True, kw_only=True):
     draining: bool = False
     #: Its live tasks (staging, starting, running, killing).
     tasks: Annotated[int, Range(0, 1_000_000_000)] = 0
+    #: Draining with no task or executor left: ready for maintenance.
+    drained: bool = False
+    #: When what still runs on the draining agent is killed (None: never).
+    drain_deadline: Timestamp | None = None
 
 
 class FrameworkSummary(Record, frozen=True, kw_only=True):
@@ -162,6 +171,8 @@ class StateReply(Message, frozen=True, kw_only=True):
     #: subscribe frameworks and make operator calls. A STATE from a master older than this field
     #: decodes as False (a client older than it ignores the field).
     insecure: bool = False
+    #: Maintenance windows, one per host, with the frameworks' answers to their inverse offers.
+    maintenance: Annotated[tuple[MaintenanceSummary, ...], MaxItems(_MANY)] = ()
 
 
 class OperatorKill(Message, frozen=True, kw_only=True):
@@ -199,6 +210,9 @@ class DrainAgent(Message, frozen=True, kw_only=True):
 
     NAME: ClassVar[str] = "DRAIN_AGENT"
     agent_id: AgentID
+    #: Kill what still runs on the agent at this time (seconds since the epoch; reason
+    #: AGENT_DRAINING). None: tasks run on until they end.
+    deadline: Timestamp | None = None
 
 
 class ReactivateAgent(Message, frozen=True, kw_only=True):
@@ -241,6 +255,13 @@ OPERATOR_CALLS: tuple[type[Message], ...] = (
     ReactivateAgent,
     MarkAgentGone,
     TeardownFramework,
+    ScheduleMaintenance,
+    CancelMaintenance,
 )
 
-MESSAGES: tuple[type[Message], ...] = (GetState, StateReply, OperatorDone, *OPERATOR_CALLS)
+MESSAGES: tuple[type[Message], ...] = (
+    GetState,
+    StateReply,
+    OperatorDone,
+    *(call for call in OPERATOR_CALLS if call.__module__ == __name__),
+)

@@ -135,15 +135,22 @@ SPEC_FIELDS: dict[str, tuple[str, ...]] = {
         "resources_total",
         "resources_allocated",
         "insecure",
+        "maintenance",
     ),
     "OPERATOR_KILL": ("task_id", "framework_id"),
     "UPDATE_WEIGHTS": ("weights",),
     "UPDATE_QUOTA": ("role", "guarantee", "limit"),
-    "DRAIN_AGENT": ("agent_id",),
+    "DRAIN_AGENT": ("agent_id", "deadline"),
     "REACTIVATE_AGENT": ("agent_id",),
     "MARK_AGENT_GONE": ("agent_id",),
     "TEARDOWN_FRAMEWORK": ("framework_id",),
     "OPERATOR_DONE": ("call", "message"),
+    "SCHEDULE_MAINTENANCE": ("agent_ids", "start", "duration"),
+    "CANCEL_MAINTENANCE": ("agent_ids",),
+    "INVERSE_OFFERS": ("inverse_offers",),
+    "RESCIND_INVERSE_OFFER": ("inverse_offer_id",),
+    "ACCEPT_INVERSE_OFFERS": ("framework_id", "inverse_offer_ids"),
+    "DECLINE_INVERSE_OFFERS": ("framework_id", "inverse_offer_ids"),
     "RAFT_VOTE": ("sender", "term", "last_log_index", "last_log_term", "pre_vote"),
     "RAFT_VOTE_REPLY": ("sender", "term", "granted", "pre_vote"),
     "RAFT_APPEND": (
@@ -245,6 +252,16 @@ SPEC_RECORD_FIELDS: dict[str, tuple[str, ...]] = {
     "Reserve": ("resources",),
     "Unreserve": ("resources",),
     "StatusUpdate": ("framework_id", "status", "latest_state"),
+    "InverseOffer": (
+        "inverse_offer_id",
+        "framework_id",
+        "agent_id",
+        "hostname",
+        "start",
+        "duration",
+    ),
+    "InverseOfferAnswer": ("inverse_offer_id", "framework_id", "agent_id", "answer"),
+    "MaintenanceSummary": ("hostname", "agent_ids", "start", "duration", "status", "answers"),
     "AgentTask": ("task", "framework_id", "state", "status_uuid", "role", "status_state"),
 }
 
@@ -287,13 +304,14 @@ def test_enum_members_match_the_contract() -> None:
         "UNKNOWN",
     ]
     assert [s.name for s in StatusSource] == ["MASTER", "AGENT", "EXECUTOR"]
-    assert len(Reason) == 31
+    assert len(Reason) == 32
     assert {
         "GANG_INCOMPLETE",
         "TIMEOUT",
         "RECONCILIATION",
         "TASK_PREEMPTED",
         "RESOURCES_REVOKED",
+        "AGENT_DRAINING",
     } <= Reason.__members__.keys()
     assert [c.name for c in FrameworkCapability] == [
         "PARTITION_AWARE",
