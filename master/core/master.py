@@ -17,6 +17,7 @@ from agora.master.core import (
     agents,
     frameworks,
     launch,
+    maintenance,
     offers,
     operator,
     operator_calls,
@@ -34,8 +35,10 @@ from agora.sdk.ids import AgentID, FrameworkID
 from agora.sdk.messages import (
     OPERATOR_CALLS,
     Accept,
+    AcceptInverseOffers,
     Acknowledge,
     Decline,
+    DeclineInverseOffers,
     Error,
     ErrorCode,
     ExecutorToFramework,
@@ -77,6 +80,8 @@ _FRAMEWORK_CALLS: dict[type[Any], _FrameworkHandler] = {
     Reconcile: lambda st, _p, fw, m, now: tasks.on_reconcile(st, fw, m, now),
     SendMessage: lambda st, _p, fw, m, _now: tasks.on_message(st, fw, m),
     Request: lambda st, p, fw, m, now: frameworks.on_request(st, p, fw, m, now),
+    AcceptInverseOffers: lambda st, _p, fw, m, now: maintenance.on_answer(st, fw, m, now),
+    DeclineInverseOffers: lambda st, _p, fw, m, now: maintenance.on_answer(st, fw, m, now),
     Teardown: lambda st, _p, fw, _m, now: frameworks.remove_framework(
         st, fw, now, reason="torn down by its scheduler"
     ),
@@ -235,6 +240,7 @@ class Master:
         frameworks.expire_failovers(st, now)
         offers.expire_offers(st, now)
         offers.expire_gangs(st, now)
+        maintenance.tick(st, now)  # inverse offers, windows that start, drain deadlines
         if now >= st.next_heartbeat_at:
             st.next_heartbeat_at = now + cfg.heartbeat_interval
             for framework_id in list(st.frameworks):

@@ -36,6 +36,7 @@ def snapshot(st: MasterState, query: GetState | None = None) -> StateReply:
         cluster=view.cluster,
         leader_since=view.leader_since,
         insecure=view.insecure,
+        maintenance=view.maintenance(),
     )
     if query is None or query == _EVERYTHING:
         return replace(
@@ -75,6 +76,8 @@ def _agent(view: StateView, agent: Agent) -> AgentSummary:
         attributes=info.attributes,
         draining=view.draining(agent),
         tasks=view.count(agent.tasks, LIVE),
+        drained=view.drained(agent),
+        drain_deadline=view.drain_deadline(agent),
     )
 
 

@@ -12,15 +12,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from agora.master.allocator.amounts import is_scalar_only
-from agora.master.core import agents, frameworks, tasks
+from agora.master.core import agents, frameworks, maintenance, tasks
 from agora.master.core.actions import Peer
-from agora.master.core.offers import rescind_offers
-from agora.master.core.state import AgentStatus, MasterState
+from agora.master.core.state import MasterState
 from agora.master.registry import DrainAgent as DrainOp
 from agora.master.registry import QuotaEntry, RemoveAgent, SetQuota, SetWeights
 from agora.sdk._resources_base import valid_role
 from agora.sdk.ids import AgentID
 from agora.sdk.messages import (
+    CancelMaintenance,
     DrainAgent,
     Error,
     ErrorCode,
@@ -30,6 +30,7 @@ from agora.sdk.messages import (
     OperatorDone,
     OperatorKill,
     ReactivateAgent,
+    ScheduleMaintenance,
     TeardownFramework,
     UpdateQuota,
     UpdateWeights,
@@ -47,8 +48,14 @@ def on_operator_call(st: MasterState, peer: Peer, msg: Message, now: float) -> N
         _weights(call, msg, now)
     elif isinstance(msg, UpdateQuota):
         _quota(call, msg, now)
-    elif isinstance(msg, DrainAgent | ReactivateAgent):
-        _drain(call, msg.agent_id, draining=isinstance(msg, DrainAgent), now=now)
+    elif isinstance(msg, DrainAgent):
+        _drain(call, msg.agent_id, draining=True, now=now, deadline=msg.deadline)
+    elif isinstance(msg, ReactivateAgent):
+        _drain(call, msg.agent_id, draining=False, now=now)
+    elif isinstance(msg, ScheduleMaintenance):
+        maintenance.on_schedule(st=call.st, call=call, msg=msg, now=now)
+    elif isinstance(msg, CancelMaintenance):
+        maintenance.on_cancel(st=call.st, call=call, msg=msg, now=now)
     elif isinstance(msg, MarkAgentGone):
         _gone(call, msg.agent_id, now)
     elif isinstance(msg, TeardownFramework):
@@ -164,14 +171,18 @@ def _role_problem(st: MasterState, role: str) -> str | None:
     return None
 
 
-def _drain(call: _Call, agent_id: AgentID, *, draining: bool, now: float) -> None:
+def _drain(
+    call: _Call, agent_id: AgentID, *, draining: bool, now: float, deadline: float | None = None
+) -> None:
     st = call.st
     entry = st.registry.agents.get(agent_id)
     if entry is None:
         call.refuse(ErrorCode.UNKNOWN_AGENT, f"no agent {agent_id} in the cluster")
         return
     verb = "draining" if draining else "active"
-    if entry.draining == draining:
+    if deadline is not None:
+        verb += f" (what runs there at {deadline:.0f} is killed)"
+    if entry.draining == draining and (not draining or entry.drain_deadline == deadline):
         call.done(f"agent {agent_id} is already {verb}")
         return
     if agent_id in st.busy_agents:
@@ -181,29 +192,17 @@ def _drain(call: _Call, agent_id: AgentID, *, draining: bool, now: float) -> Non
 
     def committed(now: float) -> None:
         st.busy_agents.discard(agent_id)
-        _set_offering(st, agent_id, offering=not draining, now=now)
+        maintenance.set_offering(st, agent_id, offering=not draining, now=now)
+        if not draining:
+            maintenance.on_reactivated(st, agent_id, now)
         call.done(f"agent {agent_id} is {verb}")
 
     st.propose(
-        DrainOp(agent_id=agent_id, draining=draining),
+        DrainOp(agent_id=agent_id, draining=draining, deadline=deadline),
         committed,
         _settle(st, agent_id, call.lost),
         now=now,
     )
-
-
-def _set_offering(st: MasterState, agent_id: AgentID, *, offering: bool, now: float) -> None:
-    """A drained agent's offers are rescinded and it gets no more; a reactivated one does."""
-    agent = st.agents.get(agent_id)
-    if agent is None or agent.status is not AgentStatus.ACTIVE:
-        return  # it is made (in)active as the registry says when it comes back
-    if not st.allocator.has_agent(agent_id):
-        return
-    if not offering:
-        rescind_offers(st, [o.offer_id for o in st.offers.values() if o.agent_id == agent_id], now)
-    st.allocator.set_agent_active(agent_id, offering)
-    if offering:
-        st.dirty_agents.add(agent_id)
 
 
 def _gone(call: _Call, agent_id: AgentID, now: float) -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from agora.master.allocator import Allocator
 from agora.master.core.actions import Action, Notice, Peer, Propose, Send
 from agora.master.core.config import MasterConfig
+from agora.master.core.maintenance_state import MaintenanceState
 from agora.master.registry import Operation, Registry
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, GangID, OfferID, TaskID
 from agora.sdk.messages import (
@@ -207,6 +208,8 @@ class MasterState:
     absent_frameworks: dict[FrameworkID, float] = field(default_factory=dict)
     #: When this core became the leader's (its activation).
     leader_since: float = 0.0
+    #: Inverse offers and the windows that started (see ``maintenance``).
+    maintenance: MaintenanceState = field(default_factory=MaintenanceState)
     _serial: int = 0
     _proposals: int = 0
 

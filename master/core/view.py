@@ -18,10 +18,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from agora.master.allocator import AllocatorError
-from agora.master.core import partial
+from agora.master.core import maintenance, partial
 from agora.master.core.state import Agent, Framework, MasterState, OutstandingOffer, Task, TaskKey
 from agora.sdk.ids import FrameworkID
-from agora.sdk.messages import GetState, MasterInfo, RoleSummary, TaskState
+from agora.sdk.messages import GetState, MaintenanceSummary, MasterInfo, RoleSummary, TaskState
 from agora.sdk.resources import Resources
 
 __all__ = ["SCALARS", "Counts", "FrameworkRow", "StateView"]
@@ -164,6 +164,19 @@ class StateView:
         entry = self._st.registry.agents.get(agent.agent_id)
         return entry is not None and entry.draining
 
+    def drained(self, agent: Agent) -> bool:
+        """Draining with no live task and no executor left (see ``maintenance``)."""
+        return maintenance.drained(self._st, agent)
+
+    def drain_deadline(self, agent: Agent) -> float | None:
+        entry = self._st.registry.agents.get(agent.agent_id)
+        return entry.drain_deadline if entry is not None and entry.draining else None
+
+    def maintenance(self) -> tuple[MaintenanceSummary, ...]:
+        """Maintenance windows, as of the master's last look at them (at most a second ago)."""
+        st = self._st
+        return maintenance.summaries(st, st.maintenance.checked_at)
+
     def count(self, keys: Iterable[TaskKey], states: frozenset[TaskState]) -> int:
         """How many of the live tasks ``keys`` names are in one of ``states``."""
         tasks = self._st.tasks
@@ -189,7 +202,7 @@ class StateView:
         """The cluster counted: the same agents, frameworks and tasks the rows list."""
         st = self._st
         alloc = st.allocator
-        agents = {"ACTIVE": 0, "UNREACHABLE": 0, "DISCONNECTED": 0, "DRAINING": 0}
+        agents = {"ACTIVE": 0, "UNREACHABLE": 0, "DISCONNECTED": 0, "DRAINING": 0, "DRAINED": 0}
         registry = st.registry.agents
         # Sums in thousandths, one pass over each agent's scalars (this runs on every scrape).
         total_milli = dict.fromkeys(SCALARS, 0)
@@ -202,6 +215,7 @@ class StateView:
                 entry = registry.get(agent.agent_id)
                 if entry is not None and entry.draining:
                     agents["DRAINING"] += 1  # (active ones, as GET_STATE counts them)
+                    agents["DRAINED"] += maintenance.drained(st, agent)  # (of the draining)
             _add(total_milli, agent.info.resources.scalar_totals_milli(), 1)
             if alloc.has_agent(agent.agent_id):
                 _add(used_milli, alloc.total(agent.agent_id).scalar_totals_milli(), 1)

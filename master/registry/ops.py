@@ -43,6 +43,8 @@ class AgentEntry(Record, frozen=True, kw_only=True):
     hostname: ShortStr
     unreachable_since: Timestamp | None = None
     draining: bool = False
+    #: While draining: when what still runs there is killed (None: never).
+    drain_deadline: Timestamp | None = None
 
 
 class FrameworkEntry(Record, frozen=True, kw_only=True):
@@ -96,6 +98,8 @@ class DrainAgent(Record, frozen=True, kw_only=True):
     TYPE: ClassVar[str] = "DRAIN_AGENT"
     agent_id: AgentID
     draining: bool = True
+    #: The drain's deadline (ignored when not draining).
+    deadline: Timestamp | None = None
 
 
 class UpsertFramework(Record, frozen=True, kw_only=True):

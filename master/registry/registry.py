@@ -95,7 +95,8 @@ class Registry:
         if isinstance(op, MarkUnreachable):
             return self._update_agent(op.agent_id, unreachable_since=op.time)
         if isinstance(op, DrainAgent):
-            return self._update_agent(op.agent_id, draining=op.draining)
+            deadline = op.deadline if op.draining else None
+            return self._update_agent(op.agent_id, draining=op.draining, drain_deadline=deadline)
         if isinstance(op, RemoveAgent):
             self.agents.pop(op.agent_id, None)
             return _remember(self.removed_agents, op.agent_id)

@@ -98,6 +98,11 @@ class MasterCollector(Collector):
             "agents an operator drained (no new offers)",
             counts.agents["DRAINING"],
         )
+        yield _gauge(
+            "agora_master_agents_drained",
+            "draining agents with no task or executor left (ready for maintenance)",
+            counts.agents["DRAINED"],
+        )
         fws = counts.frameworks
         yield _gauge("agora_master_frameworks_active", "subscribed frameworks", fws["active"])
         yield _gauge(

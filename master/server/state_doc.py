@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import msgspec
 import orjson
 from agora.master.core import Master
 from agora.master.core.state import Agent, Task
@@ -72,6 +73,7 @@ class StateDocument:
             "tasks": [_task(task) for task in view.tasks(rows)],
             "offers": _offers(view, now),
             "roles": [_role(r) for r in view.roles()],
+            "maintenance": [msgspec.to_builtins(w) for w in view.maintenance()],
         }
 
     def _agent_rows(self, view: StateView) -> list[dict[str, Any]]:
@@ -111,6 +113,8 @@ class StateDocument:
             "allocated": allocated,
             "reserved": reserved,
             "draining": view.draining(agent),
+            "drained": view.drained(agent),
+            "drain_deadline": view.drain_deadline(agent),
             "attributes": dict(info.attributes),
         }
 
