@@ -401,6 +401,16 @@ class Resources:
             c = custom_kinds(s, r, t)
         return _make(s, r, t, c)
 
+    def named(self, name: str) -> Resources:
+        """The part of these resources called ``name``, in every role."""
+        s = {k: v for k, v in self._s.items() if k[0] == name}
+        r = {k: v for k, v in self._r.items() if k[0] == name}
+        t = {k: v for k, v in self._t.items() if k[0] == name}
+        c = self._c
+        if c:
+            c = custom_kinds(s, r, t)
+        return _make(s, r, t, c)
+
     def roles(self) -> frozenset[str]:
         """Every role that has an entry (``"*"`` included when something is unreserved)."""
         return frozenset(

@@ -567,6 +567,10 @@ class Allocator:
         """What the framework holds (offered + in use), per (agent, role)."""
         return dict(self._ledger.allocs.get(framework_id, {}))
 
+    def role_allocation(self, role: str) -> dict[str, int]:
+        """What the role holds (offered + in use), in thousandths per scalar."""
+        return dict(self._role_alloc(role))
+
     def outstanding(self, framework_id: FrameworkID) -> frozenset[tuple[AgentID, str]]:
         """The (agent, role) pairs where the framework has an offer not yet closed."""
         return frozenset(

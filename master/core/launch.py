@@ -322,10 +322,54 @@ class _Launch:
                 return problem, {}
             if self._known_executor(agent_id, executor.executor_id) is None:
                 need = need + executor.resources
-        for offer_id, offer in self.offers.items():
-            if offer.agent_id == agent_id and self.remaining[offer_id].contains(need):
+        # Ordinary offers first: a task lands on lent (revocable) resources only if it must.
+        mine = sorted(
+            (oid for oid, o in self.offers.items() if o.agent_id == agent_id),
+            key=lambda oid: self.offers[oid].revocable,
+        )
+        for offer_id in mine:
+            if self.remaining[offer_id].contains(need):
                 return None, {offer_id: need}
+        for role in sorted({self.offers[oid].role for oid in mine}):
+            charges = self._split(need, [oid for oid in mine if self.offers[oid].role == role])
+            if charges is not None:
+                return None, charges
         return f"resources {need} exceed what the accepted offers hold on agent {agent_id}", {}
+
+    def _split(self, need: Resources, offer_ids: list[OfferID]) -> dict[OfferID, Resources] | None:
+        """``need`` charged kind by kind across ``offer_ids`` (one agent, one role): an agent's
+        ordinary and revocable offers hold different parts of it (its memory in one, lent cpus
+        in the other, or some cpus in each). A scalar of one reservation may be split; ports
+        and sets come from one offer. None: they do not hold it."""
+        charges: dict[OfferID, Resources] = {}
+        for name in sorted(need.names()):
+            part = need.named(name)
+            whole = next(
+                (
+                    oid
+                    for oid in offer_ids
+                    if (self.remaining[oid] - charges.get(oid, Resources())).contains(part)
+                ),
+                None,
+            )
+            if whole is not None:
+                charges[whole] = charges.get(whole, Resources()) + part
+                continue
+            roles = part.roles()
+            if len(roles) != 1 or name not in part.scalar_totals_milli():
+                return None
+            role = next(iter(roles))
+            left = part.scalar_totals_milli()[name]
+            for oid in offer_ids:
+                charged = charges.get(oid, Resources())
+                have = (self.remaining[oid] - charged).filter_role(role).scalar_totals_milli()
+                take = min(have.get(name, 0), left)
+                if take > 0:
+                    charges[oid] = charged + Resources.scalars(role, **{name: take / 1000})
+                    left -= take
+            if left > 0:
+                return None
+        return charges
 
     def _task_problem(self, task: TaskInfo, group_executor: ExecutorInfo | None) -> str | None:
         problem = id_problem(task.task_id)

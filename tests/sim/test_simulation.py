@@ -219,6 +219,30 @@ def master_failover() -> Scenario:
     )
 
 
+def reclaim() -> Scenario:
+    """Role a is guaranteed half the cluster but idle at first: role b's framework borrows it
+    on revocable offers. When a wakes, the master takes back what a is owed (revocable tasks
+    first, never from a role below its own guarantee), with agents restarting and frames lost:
+    every task still ends exactly once, and nothing is launched twice."""
+    return Scenario(
+        "reclaim",
+        [
+            FrameworkSpec("owner", role="a", idle_until=60.0, max_tasks=80, max_active=20),
+            FrameworkSpec(
+                "borrower", role="b", revocable=True, partition_aware=True, max_active=40
+            ),
+            FrameworkSpec("keeper", role="c", max_active=6),
+        ],
+        agents=4,
+        agent_resources="cpus:4;mem:8192",
+        quotas={"a": "cpus:8", "c": "cpus:2"},
+        duration=300.0,
+        net=NetConfig(drop=0.01),
+        agent_crashes=[Crashes(2, (0.5, 10.0))],
+        check_executors=False,
+    )
+
+
 def chaos() -> Scenario:
     """Everything at once (soak only, and one seed in the quick run)."""
     return Scenario(
@@ -286,6 +310,7 @@ SCENARIOS: dict[str, Callable[[], Scenario]] = {
         clock_jumps,
         batch,
         master_failover,
+        reclaim,
     )
 }
 
@@ -312,6 +337,7 @@ EXERCISED: dict[str, Callable[[dict[str, int]], bool]] = {
     "master_failover": lambda s: (
         s["leaders_activated"] >= 3 and s["client_switches"] > 20 and s["final_FINISHED"] > 200
     ),
+    "reclaim": lambda s: s["reclaim_kills"] >= 4 and s["final_FINISHED"] > 100,
     "chaos": lambda s: (
         s["frames_dropped"] > 0
         and s["partitions"] > 0

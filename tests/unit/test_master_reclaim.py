@@ -131,3 +131,22 @@ def test_a_preempted_kill_is_resent_with_its_reason_when_the_agent_comes_back() 
     )
     (again,) = of_type(sent_to(out, peer), KillTask)
     assert again.task_id == victim.info.task_id and again.reason is Reason.RESOURCES_REVOKED
+
+
+def test_a_task_may_take_memory_from_an_ordinary_offer_and_cpus_from_a_lent_one() -> None:
+    h = Harness(_CFG)
+    h.register_agent("h1", "cpus:2;mem:2048")
+    h.register_agent("h2", "cpus:2;mem:2048")
+    h.subscribe("sa", ("a",), suppressed_roles=("a",))
+    fb = h.subscribe("sb", ("b",), revocable=True)
+    got: list[Offer] = []
+    for _ in range(3):
+        got += offers_in(h.tick(1.0), "sb")
+    lent = next(o for o in got if o.revocable)
+    same_agent = [o for o in got if o.agent_id == lent.agent_id]
+    assert len(same_agent) == 2  # its memory in an ordinary offer, its cpus lent
+    h.launch("sb", fb, same_agent, [("both", "cpus:1.5;mem:512", lent.agent_id)])
+    task = h.master.state.tasks[(fb, "both")]  # type: ignore[index]
+    assert task.revocable and task.state is TaskState.STAGING
+    # The rest of both offers came back; nothing was charged twice.
+    assert h.unclaimed(lent.agent_id) == Resources.parse("cpus:0.5;mem:1536")

@@ -462,6 +462,12 @@ def test_allocatable_to_and_filter_role() -> None:
     assert ROLED.filter_role(UNRESERVED) == ROLED.unreserved()
 
 
+def test_named_keeps_one_kind_in_every_role() -> None:
+    assert ROLED.named("cpus") == R("cpus:4;cpus(batch):2")
+    assert ROLED.named("ports") == R("ports(batch):[1-5]")
+    assert ROLED.named("gpus") == Resources()
+
+
 def test_flatten() -> None:
     flat = ROLED.flatten()
     assert flat == R("cpus:6;mem:9;ports:[1-5];zones:{a}")

@@ -88,6 +88,13 @@ class FrameworkSpec:
     #: executor, this long after the previous kill.
     kill_resend: float = 10.0
     implicit_reconcile_every: float = 120.0
+    #: Its one role (its gangs' too).
+    role: str = "*"
+    #: It takes revocable offers (lent from other roles' unmet guarantees).
+    revocable: bool = False
+    #: Until this time it wants nothing (suppressed), then it revives; it suppresses again
+    #: once it has launched all it will (0: never suppresses).
+    idle_until: float = 0.0
 
 
 @dataclass(slots=True)
@@ -124,10 +131,14 @@ class SimFramework:
         self.name = spec.name
         self.queue = queue
         self.rng = rng
-        caps = (FrameworkCapability.PARTITION_AWARE,) if spec.partition_aware else ()
+        caps: tuple[FrameworkCapability, ...] = ()
+        if spec.partition_aware:
+            caps += (FrameworkCapability.PARTITION_AWARE,)
+        if spec.revocable:
+            caps += (FrameworkCapability.REVOCABLE_RESOURCES,)
         info = FrameworkInfo(
             name=spec.name,
-            roles=("*",),
+            roles=(spec.role,),
             failover_timeout=spec.failover_timeout,
             capabilities=caps,
         )
@@ -152,6 +163,8 @@ class SimFramework:
         self._serial = 0
         self._deciding: set[AgentID] = set()
         self._next_implicit = 0.0
+        #: Suppressed while idle (see FrameworkSpec.idle_until), or since it launched all.
+        self.suppressed = False
 
     # --- what the runner and the checks read ----------------------------------------------
     @property
@@ -168,8 +181,23 @@ class SimFramework:
 
     # --- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
+        if self.spec.idle_until > 0:
+            self.suppressed = True  # its SUBSCRIBE carries it: no offers while idle
+            self.driver.core.suppressed.add(self.spec.role)
+            self.queue.at(self.spec.idle_until, self._wake, f"{self.name} wakes")
         self.driver.start()
         self.queue.later(5.0, self._periodic, f"{self.name} periodic")
+
+    def _suppress(self) -> None:
+        self.suppressed = True
+        self.driver.core.suppress([])
+        self.driver.flush()
+
+    def _wake(self) -> None:
+        if self.launching and self.launched < self.spec.max_tasks:
+            self.suppressed = False
+            self.driver.core.revive([])
+            self.driver.flush()
 
     def stop_launching(self) -> None:
         self.launching = False
@@ -262,6 +290,12 @@ class SimFramework:
             if self.launching
             else 0
         )
+        if self.spec.idle_until > 0 and (
+            self.queue.clock.now < self.spec.idle_until or self.launched >= self.spec.max_tasks
+        ):
+            want = 0
+            if not self.suppressed and self.queue.clock.now >= self.spec.idle_until:
+                self._suppress()  # all launched: it wants nothing more
         used = Resources()
         for _ in range(want):
             shape = Resources.parse(self.rng.choice(_SHAPES))
@@ -323,7 +357,7 @@ class SimFramework:
         hold = round(self.rng.uniform(20.0, 60.0), 3)
         gang = GangRequest(
             gang_id=GangID(f"{self.name}-g{self.gang_serial}"),
-            role="*",
+            role=self.spec.role,
             count=count,
             shape=Resources.parse(self.rng.choice(_GANG_SHAPES)),
             placement=self.rng.choice((Placement.DISTINCT, Placement.PACK, Placement.ANY)),

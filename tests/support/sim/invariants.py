@@ -44,6 +44,7 @@ from agora.sdk.messages import (
     ErrorCode,
     KillTask,
     Offers,
+    Reason,
     RunTask,
     RunTaskGroup,
     TaskState,
@@ -68,6 +69,10 @@ _PA_ONLY = frozenset(
         TaskState.GONE_BY_OPERATOR,
     }
 )
+
+
+#: The reasons of reclaim's kills.
+_RECLAIM = frozenset({Reason.TASK_PREEMPTED, Reason.RESOURCES_REVOKED})
 
 
 #: Resources records are immutable: their totals, by the record's id (the record is kept, so
@@ -120,6 +125,8 @@ class Invariants:
         self._by_id: dict[AgentID, SimHost] = {}
         self.offered: set[OfferID] = set()
         self.checks = 0
+        #: KILL_TASKs of reclaim sent.
+        self.reclaims = 0
 
     @property
     def master(self) -> Master:
@@ -152,6 +159,9 @@ class Invariants:
                     self.offered.add(offer.offer_id)
 
     def _kill_sent(self, msg: KillTask, to: str, core: Master) -> None:
+        if msg.reason in _RECLAIM:
+            self._reclaimed(msg, core)
+            return
         fw = next((f for f in self.frameworks if f.framework_id == msg.framework_id), None)
         killed = fw.kills.get(msg.kill_id) if fw is not None and msg.kill_id else None
         if killed is None:  # the master's own kill, of the tasks of a framework it removed
@@ -165,6 +175,31 @@ class Invariants:
             f"KILL_TASK for {msg.task_id} to {to} carries kill id {msg.kill_id!r}, "
             f"which its framework sent for {killed}"
         )
+
+    def _reclaimed(self, msg: KillTask, core: Master) -> None:
+        """A KILL of reclaim: never of a role left at or below its guarantee by what reclaim
+        is taking from it, and never of a task on lent resources with TASK_PREEMPTED."""
+        self.reclaims += 1
+        st = core.state
+        task = st.tasks.get((msg.framework_id, msg.task_id))
+        assert task is not None, f"reclaim killed {msg.task_id}, which the master does not track"
+        assert task.reclaim_reason is msg.reason
+        assert (msg.reason is Reason.RESOURCES_REVOKED) == task.revocable, (
+            f"reclaim killed {msg.task_id} (revocable: {task.revocable}) with {msg.reason}"
+        )
+        quota = st.config.quotas.get(task.role)
+        if quota is None:
+            return
+        left = st.allocator.role_allocation(task.role)
+        taking: Milli = {}
+        for other in st.tasks.values():
+            if other.role == task.role and other.reclaim_reason is not None and not other.released:
+                _add(taking, other.resources)
+        for name, floor in quota[0].scalar_totals_milli().items():
+            assert left.get(name, 0) - taking.get(name, 0) >= floor, (
+                f"reclaim killed {msg.task_id} of role {task.role}, taking it below its "
+                f"guarantee of {quota[0]}: holds {_fmt(left)}, being taken {_fmt(taking)}"
+            )
 
     def _ran(self, framework_id: FrameworkID, task_id: str, to: str) -> None:
         key = (framework_id, task_id)

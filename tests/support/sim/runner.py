@@ -21,6 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 
 from agora.master.allocator import AllocatorConfig
+from agora.master.allocator.reclaim import ReclaimConfig
 from agora.master.core import Master, MasterConfig, Send
 from agora.sdk.messages import Message, TaskState, is_terminal
 from agora.sdk.resources import Resources
@@ -106,6 +107,9 @@ class Scenario:
     tick_interval: float = 0.5
     #: Give up waiting for quiescence after this many simulated seconds.
     quiesce_max: float = 1500.0
+    #: Quota guarantees by role (text form), and how reclaim runs.
+    quotas: dict[str, str] = field(default_factory=dict)
+    reclaim: ReclaimConfig = field(default_factory=lambda: ReclaimConfig(min_runtime=2.0))
     #: Demand that the master tracks no executor at the end (EXITED_EXECUTOR is unreliable).
     check_executors: bool = True
     #: Tolerate stream updates arriving after a terminal state the master announced when the
@@ -145,6 +149,8 @@ class Simulation:
             offer_timeout=scenario.offer_timeout,
             agent_ping_interval=scenario.ping_interval,
             allocator=AllocatorConfig(seed=seed),
+            quotas={role: (Resources.parse(g), None) for role, g in scenario.quotas.items()},
+            reclaim=scenario.reclaim,
         )
         #: One master without election (``agora local``), or a group electing its leader.
         self.single: Master | None = None
@@ -388,6 +394,7 @@ class Simulation:
         stats["frames_sent"] = self.net.sent
         stats["frames_dropped"] = self.net.dropped
         stats["invariant_checks"] = self.invariants.checks
+        stats["reclaim_kills"] = self.invariants.reclaims
         stats["tasks_launched"] = sum(len(f.tasks) for f in self.frameworks)
         stats["run_task"] = sum(self.invariants.runs.values())
         stats["gangs_launched"] = sum(f.gangs_launched for f in self.frameworks)
