@@ -17,6 +17,7 @@ from agora.sdk.messages import (
     ExecutorInfo,
     Filters,
     GangRequest,
+    InverseOffer,
     Message,
     Operation,
     ReconcileTask,
@@ -112,6 +113,16 @@ class CallMethods:
     def message(self, agent_id: AgentID | str, executor_id: ExecutorID | str, data: bytes) -> None:
         """MESSAGE: opaque bytes to one executor (best effort)."""
         self._call("message", self._core.message, agent_id, executor_id, data)
+
+    def accept_inverse_offers(self, inverse_offers: Sequence[InverseOffer | str]) -> None:
+        """ACCEPT_INVERSE_OFFERS: the framework will vacate those agents before their windows."""
+        self._call("accept_inverse_offers", self._core.answer_inverse_offers, inverse_offers, True)
+
+    def decline_inverse_offers(self, inverse_offers: Sequence[InverseOffer | str]) -> None:
+        """DECLINE_INVERSE_OFFERS: the framework will not vacate those agents in time."""
+        self._call(
+            "decline_inverse_offers", self._core.answer_inverse_offers, inverse_offers, False
+        )
 
     def request(self, gangs: Sequence[GangRequest]) -> None:
         """REQUEST gangs (the allocator offers each whole, as one bundle)."""

@@ -13,8 +13,10 @@ from agora.sdk.messages import (
     FrameworkMessage,
     GangExpired,
     Heartbeat,
+    InverseOffers,
     Offers,
     Rescind,
+    RescindInverseOffer,
     Subscribed,
     Update,
     Updates,
@@ -63,6 +65,8 @@ class EventHandlers:
             Error: self._on_error,
             Heartbeat: self._on_heartbeat,
             GangExpired: self._on_gang_expired,
+            InverseOffers: self._on_inverse_offers,
+            RescindInverseOffer: self._on_rescind_inverse_offer,
         }
 
     async def _on_subscribed(self, m: Subscribed) -> None:
@@ -96,6 +100,15 @@ class EventHandlers:
     async def _on_rescind(self, m: Rescind) -> None:
         self._core.on_rescind(m.offer_id)
         await self._invoke("offer_rescinded", m.offer_id)
+
+    async def _on_inverse_offers(self, m: InverseOffers) -> None:
+        inverse_offers = list(m.inverse_offers)
+        self._core.on_inverse_offers(inverse_offers)
+        await self._invoke("inverse_offers", inverse_offers)
+
+    async def _on_rescind_inverse_offer(self, m: RescindInverseOffer) -> None:
+        self._core.on_rescind_inverse_offer(m.inverse_offer_id)
+        await self._invoke("inverse_offer_rescinded", m.inverse_offer_id)
 
     async def _on_updates(self, m: Updates) -> None:
         for status in m.statuses:

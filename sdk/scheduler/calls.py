@@ -13,6 +13,7 @@ from agora.sdk.messages import (
     ExecutorInfo,
     Filters,
     GangRequest,
+    InverseOffer,
     MasterInfo,
     Offer,
     Operation,
@@ -87,6 +88,10 @@ class SchedulerCalls(Protocol):
     ) -> None: ...
 
     def request(self, gangs: Sequence[GangRequest]) -> None: ...
+
+    def accept_inverse_offers(self, inverse_offers: Sequence[InverseOffer | str]) -> None: ...
+
+    def decline_inverse_offers(self, inverse_offers: Sequence[InverseOffer | str]) -> None: ...
 
     def teardown(self) -> None: ...
 

@@ -18,14 +18,17 @@ from collections.abc import Iterable, Sequence
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, OfferID, TaskID
 from agora.sdk.messages import (
     Accept,
+    AcceptInverseOffers,
     Acknowledge,
     Decline,
+    DeclineInverseOffers,
     Error,
     ErrorCode,
     ExecutorInfo,
     Filters,
     FrameworkInfo,
     GangRequest,
+    InverseOffer,
     Kill,
     Launch,
     LaunchGroup,
@@ -87,6 +90,8 @@ class SchedulerCore:
         self.registered_once = False
         #: Offers the framework holds, by id, as the master sent them.
         self.offers: dict[OfferID, Offer] = {}
+        #: Inverse offers not answered yet, by id (maintenance coming on those agents).
+        self.inverse_offers: dict[str, InverseOffer] = {}
         #: Roles suppressed; kept across re-subscription (sent with every SUBSCRIBE).
         self.suppressed: set[str] = set()
         #: Calls for the master, in the order they were made.
@@ -158,6 +163,13 @@ class SchedulerCore:
 
     def on_rescind(self, offer_id: OfferID) -> None:
         self.offers.pop(offer_id, None)
+
+    def on_inverse_offers(self, inverse_offers: Iterable[InverseOffer]) -> None:
+        for io in inverse_offers:
+            self.inverse_offers[io.inverse_offer_id] = io
+
+    def on_rescind_inverse_offer(self, inverse_offer_id: str) -> None:
+        self.inverse_offers.pop(inverse_offer_id, None)
 
     def still_held(self, offers: Iterable[Offer]) -> list[OfferID]:
         """Which of ``offers`` the framework has neither used nor declined."""
@@ -385,6 +397,23 @@ class SchedulerCore:
                 data=bytes(data),
             )
         )
+
+    def answer_inverse_offers(
+        self, inverse_offers: Sequence[InverseOffer | str], accept: bool
+    ) -> Message:
+        """ACCEPT_INVERSE_OFFERS (will vacate) or DECLINE_INVERSE_OFFERS; an answered inverse
+        offer is no longer held (the master may send it again, and it may be answered again)."""
+        ids = tuple(
+            io.inverse_offer_id if isinstance(io, InverseOffer) else str(io)
+            for io in inverse_offers
+        )
+        if not ids:
+            raise ValueError("no inverse offers given")
+        kind = AcceptInverseOffers if accept else DeclineInverseOffers
+        call = self._queue(kind(framework_id=self._fid(), inverse_offer_ids=ids))
+        for inverse_offer_id in ids:
+            self.inverse_offers.pop(inverse_offer_id, None)
+        return call
 
     def request(self, gangs: Sequence[GangRequest]) -> Message:
         return self._queue(Request(framework_id=self._fid(), gangs=tuple(gangs)))

@@ -81,6 +81,8 @@ _CALLBACKS: Final = (
     "gang_expired",
     "error",
     "disconnected",
+    "inverse_offers",
+    "inverse_offer_rescinded",
 )
 
 #: ZmqClient.handshake_error when the server's ZAP handler refused our CURVE key.
@@ -138,7 +140,9 @@ class SchedulerDriver(CallMethods, EventHandlers):
         #: What callbacks receive as ``driver`` (the blocking driver substitutes itself).
         self._facade: Any = self
         self._callbacks: dict[str, Callable[..., Any]] = {
-            name: getattr(scheduler, name) for name in _CALLBACKS
+            # (a scheduler written before inverse offers, not based on Scheduler, ignores them)
+            name: getattr(scheduler, name, getattr(Scheduler, name).__get__(scheduler))
+            for name in _CALLBACKS
         }
 
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -15,7 +15,7 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, GangID, OfferID
-from agora.sdk.messages import MasterInfo, Offer, TaskStatus
+from agora.sdk.messages import InverseOffer, MasterInfo, Offer, TaskStatus
 
 if TYPE_CHECKING:
     from agora.sdk.scheduler.calls import SchedulerCalls
@@ -44,6 +44,22 @@ class Scheduler:
 
     def offer_rescinded(self, driver: SchedulerCalls, offer_id: OfferID) -> Awaitable[None] | None:
         """``offer_id`` may no longer be used (also sent for offers voided by a re-subscription)."""
+        return None
+
+    def inverse_offers(
+        self, driver: SchedulerCalls, inverse_offers: list[InverseOffer]
+    ) -> Awaitable[None] | None:
+        """Agents where the framework has tasks will be down for maintenance (each from ``start``
+        for ``duration`` seconds). Answer with ``driver.accept_inverse_offers`` (you will move
+        your tasks off in time) or ``driver.decline_inverse_offers``; the answer is only shown
+        to operators: at the window's start the agent drains anyway, and what still runs at its
+        end is killed (reason AGENT_DRAINING). Ignoring them is allowed (the default)."""
+        return None
+
+    def inverse_offer_rescinded(
+        self, driver: SchedulerCalls, inverse_offer_id: str
+    ) -> Awaitable[None] | None:
+        """The maintenance behind ``inverse_offer_id`` was cancelled."""
         return None
 
     def status_update(self, driver: SchedulerCalls, status: TaskStatus) -> Awaitable[None] | None:
