@@ -34,6 +34,10 @@ _BUILTIN: dict[str, tuple[str, str]] = {
     "quota": ("operate", "set or remove a role's quota (operator call)"),
     "drain": ("operate", "stop offering an agent's resources (operator call)"),
     "reactivate": ("operate", "offer a drained agent's resources again (operator call)"),
+    "maintenance": (
+        "maintenance",
+        "plan maintenance windows of agents; inverse offers (operator calls)",
+    ),
     "gone": ("operate", "remove an agent for good (operator call; irreversible, needs --yes)"),
     "teardown": ("operate", "remove a framework and kill its tasks (operator call; needs --yes)"),
     "logs": ("logs", "print a task's stdout or stderr"),
@@ -71,6 +75,8 @@ examples:
   agora top                              # a live console of the cluster; q quits
   agora kill agora-run-1a2b3c4d
   agora drain AGENT_ID                   # no new offers there; `agora reactivate` undoes it
+  agora drain AGENT_ID --deadline 30m    # ... and kill what still runs there in 30 minutes
+  agora maintenance schedule AGENT_ID --start +1h --duration 2h   # inverse offers, then drain
   agora weights batch=3 analytics=1      # DRF weights per role
   agora quota batch --guarantee 'cpus:4;mem:8192' --limit cpus:8   # --remove takes it away
   agora teardown FRAMEWORK_ID --yes      # kill a framework's tasks and remove it

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from agora.sdk._resources_base import valid_role
@@ -101,6 +102,13 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         agent.add_argument("agent_id", metavar="AGENT_ID", help="as `agora agents` shows it")
         if name == "gone":
             _add_yes(agent, "the agent is gone for good")
+        if name == "drain":
+            agent.add_argument(
+                "--deadline",
+                metavar="D",
+                help="kill what still runs there after D (30m, 2h) or at a time (+30m, "
+                "2026-12-05T14:00); reason AGENT_DRAINING",
+            )
         add_master_options(agent)
         agent.set_defaults(func=cmd_agent_call, agent_call=name)
 
@@ -211,8 +219,25 @@ def cmd_agent_call(args: argparse.Namespace) -> int:
         )
         return _call(args, lambda c: c.mark_agent_gone(agent_id, timeout=timeout))
     if args.agent_call == "drain":
-        return _call(args, lambda c: c.drain_agent(agent_id, timeout=timeout))
+        deadline = _deadline(args.deadline)
+        return _call(args, lambda c: c.drain_agent(agent_id, timeout=timeout, deadline=deadline))
     return _call(args, lambda c: c.reactivate_agent(agent_id, timeout=timeout))
+
+
+def _deadline(text: str | None) -> float | None:
+    """A drain's deadline: a duration from now (``30m``) or a time (``+30m``, ISO, epoch)."""
+    if text is None:
+        return None
+    from agora.sdk.cli.maintenance import duration, moment
+
+    try:
+        return time.time() + duration(text)
+    except argparse.ArgumentTypeError:
+        pass
+    try:
+        return moment(text)
+    except argparse.ArgumentTypeError as exc:
+        raise CliError(f"--deadline: {exc}", code=2) from None
 
 
 def cmd_teardown(args: argparse.Namespace) -> int:

@@ -119,10 +119,15 @@ class OperatorClient:
         return await self.call(UpdateQuota(role=role), timeout)
 
     async def drain_agent(
-        self, agent_id: AgentID | str, timeout: float = DEFAULT_TIMEOUT
+        self,
+        agent_id: AgentID | str,
+        timeout: float = DEFAULT_TIMEOUT,
+        *,
+        deadline: float | None = None,
     ) -> OperatorDone:
-        """No new offers on the agent; what runs there runs on."""
-        return await self.call(DrainAgent(agent_id=AgentID(agent_id)), timeout)
+        """No new offers on the agent; what runs there runs on, until ``deadline`` (seconds
+        since the epoch) if given: then it is killed (reason AGENT_DRAINING)."""
+        return await self.call(DrainAgent(agent_id=AgentID(agent_id), deadline=deadline), timeout)
 
     async def reactivate_agent(
         self, agent_id: AgentID | str, timeout: float = DEFAULT_TIMEOUT
