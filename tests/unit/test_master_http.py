@@ -116,7 +116,13 @@ def test_summary_counts_match_state() -> None:
         return await _get_json(c, "/state"), await _get_json(c, "/state/summary")
 
     state, summary = _with_client(h, both)
-    assert summary["agents"] == {"ACTIVE": 2, "UNREACHABLE": 0, "DISCONNECTED": 0, "DRAINING": 0}
+    assert summary["agents"] == {
+        "ACTIVE": 2,
+        "UNREACHABLE": 0,
+        "DISCONNECTED": 0,
+        "DRAINING": 0,
+        "DRAINED": 0,
+    }
     assert summary["frameworks"]["active"] == len(state["frameworks"])
     assert summary["frameworks"]["inactive"] == 0
     by_state: dict[str, int] = {}
