@@ -192,6 +192,11 @@ def cmd_state(args: argparse.Namespace) -> int:
     if len(reply.masters) > 1:
         console.print(f"[bold]masters[/bold] {masters_line(reply.masters)}")
     console.print(agents_table(reply.agents))
+    if reply.maintenance:
+        from agora.sdk.cli.maintenance import format_status
+
+        console.print("[bold]Maintenance[/bold]")
+        console.print(escape(format_status(reply, time.time())))
     console.print(frameworks_table(reply.frameworks))
     if reply.roles:
         console.print(roles_table(reply.roles))
@@ -234,8 +239,11 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
 
 def agent_status(agent: AgentSummary) -> str:
-    """ACTIVE, DRAINING (active, but an operator drained it: no new offers), or UNREACHABLE."""
-    return "DRAINING" if agent.draining and agent.status == "ACTIVE" else agent.status
+    """ACTIVE, DRAINING (active, but an operator drained it: no new offers), DRAINED (draining
+    with no task or executor left), or UNREACHABLE."""
+    if agent.draining and agent.status == "ACTIVE":
+        return "DRAINED" if agent.drained else "DRAINING"
+    return agent.status
 
 
 def http_api(agent: AgentSummary) -> str:
@@ -255,7 +263,7 @@ def agents_table(agents: Sequence[AgentSummary]) -> Table:
     for a in agents:
         attrs = ";".join(f"{k}:{v}" for k, v in sorted(a.attributes.items()))
         status = agent_status(a)
-        if status == "DRAINING":
+        if status in ("DRAINING", "DRAINED"):
             status = f"[bold yellow]{status}[/bold yellow]"
         elif status != "ACTIVE":
             status = f"[red]{status}[/red]"

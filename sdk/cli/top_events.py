@@ -118,6 +118,8 @@ def _agent_changes(old: AgentSummary | None, a: AgentSummary, now: float) -> lis
     if was_draining != a.draining:
         done = ("drained", "yellow") if a.draining else ("reactivated", "green")
         out.append(Event(now, f"agent {a.hostname} {done[0]}", done[1]))
+    if a.drained and (old is None or not old.drained):
+        out.append(Event(now, f"agent {a.hostname} is DRAINED (empty)", "yellow"))
     return out
 
 

@@ -78,7 +78,7 @@ _STATE_STYLE: Final = {
 }
 _ACTIVE_TASK: Final = frozenset({TaskState.RUNNING, TaskState.KILLING})
 _PENDING_TASK: Final = frozenset({TaskState.STAGING, TaskState.STARTING})
-_AGENT_STYLE: Final = {"ACTIVE": "", "DRAINING": "bold yellow"}
+_AGENT_STYLE: Final = {"ACTIVE": "", "DRAINING": "bold yellow", "DRAINED": "yellow"}
 
 
 # ---------------------------------------------------------------- model
@@ -239,7 +239,21 @@ def _header(state: StateReply, now: float, view: View) -> Group:
     if state.masters:
         second.append("  │ ")
         second.append_text(_standbys(state.masters))
+    if state.maintenance:
+        second.append("  │ ")
+        second.append(maintenance_line(state, now), style="yellow")
     return Group(first, second)
+
+
+def maintenance_line(state: StateReply, now: float) -> str:
+    """``maintenance h1 DRAINING (1/2 accepted), h2 in 10m``: each window, briefly."""
+    parts = []
+    for w in state.maintenance:
+        status = f"in {duration(w.start - now)}" if w.status == "SCHEDULED" else w.status
+        accepted = sum(1 for a in w.answers if a.answer == "ACCEPTED")
+        answers = f" ({accepted}/{len(w.answers)} accepted)" if w.answers else ""
+        parts.append(f"{w.hostname} {status}{answers}")
+    return "maintenance " + ", ".join(parts)
 
 
 def _agent_count(state: StateReply) -> str:

@@ -113,3 +113,35 @@ def test_status_text() -> None:
     text = maintenance.format_status(StateReply(master_info=info, maintenance=(window,)), 1010.0)
     assert "h1  DRAINING" in text and "10s ago" in text and "f1 on a1: ACCEPTED" in text
     assert maintenance.format_status(StateReply(master_info=info), 0) == "no maintenance scheduled"
+
+
+def test_agents_show_draining_and_drained_and_the_console_shows_windows() -> None:
+    from agora.sdk.cli.show import agent_status
+    from agora.sdk.cli.top_events import diff_states
+    from agora.sdk.cli.top_render import maintenance_line
+    from agora.sdk.messages import AgentSummary
+    from agora.sdk.resources import Resources
+
+    def agent(**kw: Any) -> AgentSummary:
+        return AgentSummary(
+            agent_id=AgentID("a1"), hostname="h1", status="ACTIVE", resources=Resources(), **kw
+        )
+
+    assert agent_status(agent()) == "ACTIVE"
+    assert agent_status(agent(draining=True)) == "DRAINING"
+    assert agent_status(agent(draining=True, drained=True)) == "DRAINED"
+    info = MasterInfo(master_id="m", address="tcp://m", epoch=1)
+    answer = InverseOfferAnswer(
+        inverse_offer_id="i1", framework_id=FrameworkID("f1"), agent_id=AgentID("a1")
+    )
+    windows = (
+        MaintenanceSummary(
+            hostname="h1", start=0, duration=60, status="DRAINING", answers=(answer,)
+        ),
+        MaintenanceSummary(hostname="h2", start=700, duration=60),
+    )
+    line = maintenance_line(StateReply(master_info=info, maintenance=windows), 100.0)
+    assert line == "maintenance h1 DRAINING (0/1 accepted), h2 in 10m00s"
+    before = StateReply(master_info=info, agents=(agent(draining=True),))
+    after = StateReply(master_info=info, agents=(agent(draining=True, drained=True),))
+    assert any("DRAINED" in e.text for e in diff_states(before, after, 1.0))
