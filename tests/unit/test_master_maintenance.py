@@ -4,6 +4,10 @@ authorization. Time is the harness's clock (the core's ``now``)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from agora.master.core import Master, MasterConfig
+from agora.master.core.actions import Propose, Send
 from agora.master.core.maintenance import CHECK_INTERVAL
 from agora.master.core.view import StateView
 from agora.master.registry import Registry
@@ -11,7 +15,9 @@ from agora.master.server.access import authorize
 from agora.sdk.ids import AgentID, FrameworkID
 from agora.sdk.messages import (
     AcceptInverseOffers,
+    AgentInfo,
     AgentSummary,
+    AgentTask,
     CancelMaintenance,
     Decline,
     DeclineInverseOffers,
@@ -27,14 +33,17 @@ from agora.sdk.messages import (
     OperatorDone,
     ReactivateAgent,
     Reason,
+    RegisterAgent,
+    ReregisterAgent,
     Rescind,
     RescindInverseOffer,
     ScheduleMaintenance,
     StateReply,
     TaskState,
 )
+from agora.sdk.resources import Resources
 from agora.sdk.transport import Acl
-from support.master_kit import Harness, of_type, offers_in, only, sent_to
+from support.master_kit import Harness, of_type, offers_in, only, sent_to, task_info
 
 AGENT = "cpus:4;mem:4096"
 T0 = 1_000_000.0  # the harness's wall clock starts here
@@ -86,7 +95,7 @@ def _cluster() -> tuple[Harness, AgentID, AgentID, FrameworkID, FrameworkID]:
         ),
     )
     h.agent_update("a1", f1, "t1", TaskState.RUNNING)
-    f2 = h.subscribe("s2")
+    f2 = h.subscribe("s2", failover_timeout=3600.0)
     h.tick()
     offer = only([o for o in offers_in(h.sent, "s2") if o.agent_id == a2])
     h.launch("s2", f2, [offer], [("t2", "cpus:1;mem:128", a2)], refuse_seconds=0)
@@ -201,11 +210,30 @@ def test_cancel_rescinds_inverse_offers_and_reactivates_a_started_window() -> No
     assert not of_type(sent_to(h.tick(700.0), "a1"), KillTask), "no deadline left"
 
 
-def test_windows_survive_a_failover_and_the_new_leader_offers_again() -> None:
-    h, a1, _a2, _f1, _f2 = _cluster()
-    _schedule(h, a1, start=T0 + 600, duration=60)
-    registry = Registry.from_snapshot(h.master.state.registry.snapshot())
-    assert registry.maintenance["a1"].start == T0 + 600
+def test_windows_and_drain_deadlines_survive_a_failover_and_inverse_offers_are_sent_again() -> None:
+    h, a1, a2, f1, _f2 = _cluster()
+    [io] = _inverse(_schedule(h, a1, start=T0 + 600, duration=60), "s1")
+    _done(h.handle("ops", DrainAgent(agent_id=a2, deadline=T0 + 900)))
+    cfg = replace(h.config, epoch=h.config.epoch + 1)
+    new = Harness(cfg, now=h.now + 1.0)
+    new.master = Master(
+        cfg, registry=Registry.from_snapshot(h.master.state.registry.snapshot()), now=new.now
+    )
+    assert new.master.state.registry.maintenance["a1"].start == T0 + 600
+    for peer, agent, fw, task in (("a1", a1, f1, "t1"), ("a2", a2, _f2, "t2")):
+        info = AgentInfo(hostname=peer, resources=Resources.parse(AGENT))
+        running = AgentTask(
+            task=task_info(task, "cpus:1;mem:128", agent), framework_id=fw, state=TaskState.RUNNING
+        )
+        new.handle(peer, ReregisterAgent(agent_id=agent, agent_info=info, tasks=(running,)))
+    new.subscribe("s1", framework_id=f1, failover_timeout=3600.0)
+    [again] = _inverse(new.tick(CHECK_INTERVAL), "s1")
+    assert (again.agent_id, again.start) == (a1, T0 + 600)
+    assert again.inverse_offer_id != io.inverse_offer_id, "a new leader's own id"
+    assert _agent(new, a2).drain_deadline == T0 + 900
+    new.now = T0 + 900
+    kill = only(of_type(sent_to(new.tick(), "a2"), KillTask))
+    assert kill.reason is Reason.AGENT_DRAINING
 
 
 # --- bad input and authorization ------------------------------------------------------------
@@ -236,3 +264,28 @@ def test_maintenance_calls_need_an_operator() -> None:
         assert authorize(msg, "mallory", acl=acl, authenticated=True) == (
             "may not make operator calls"
         )
+
+
+def test_replicated_schedule_takes_effect_only_once_committed_and_abandon_is_not_leader() -> None:
+    registry = Registry()
+    master = Master(MasterConfig(replicated=True, epoch=2), registry=registry)
+    info = AgentInfo(hostname="h1", resources=Resources.parse(AGENT))
+    out = master.handle("a1", RegisterAgent(agent_info=info), T0)
+    for action in out:
+        if isinstance(action, Propose):
+            registry.apply(action.op)
+            master.committed(action.seq, T0)
+    [agent_id] = master.state.agents
+    call = ScheduleMaintenance(agent_ids=(agent_id,), start=T0 + 60, duration=60)
+    [proposal] = [a for a in master.handle("ops", call, T0) if isinstance(a, Propose)]
+    assert not registry.maintenance, "nothing before the commit"
+    abandoned = master.abandoned(proposal.seq, T0)
+    [error] = [a.message for a in abandoned if isinstance(a, Send) and a.to == "ops"]
+    assert isinstance(error, Error) and error.code is ErrorCode.NOT_LEADER
+    [proposal] = [a for a in master.handle("ops", call, T0) if isinstance(a, Propose)]
+    registry.apply(proposal.op)
+    done = master.committed(proposal.seq, T0)
+    assert [type(a.message) for a in done if isinstance(a, Send) and a.to == "ops"] == [
+        OperatorDone
+    ]
+    assert registry.maintenance["h1"].start == T0 + 60
