@@ -4,7 +4,10 @@ daemon exactly as one over ZeroMQ (same ACL, same core, answered once in effect)
 - ``POST /weights`` ``{"weights": {"batch": 2, "mpi": 1}}``
 - ``POST /quota`` ``{"role": "batch", "guarantee": "cpus:8;mem:16384", "limit": "cpus:16"}``
 - ``DELETE /quota/{role}``
-- ``POST /agents/{id}/drain``, ``/agents/{id}/reactivate``, ``/agents/{id}/gone``
+- ``POST /agents/{id}/drain`` (optional ``{"deadline": EPOCH_SECONDS}``: what still runs there
+  then is killed), ``/agents/{id}/reactivate``, ``/agents/{id}/gone``
+- ``POST /maintenance`` ``{"agents": [id, ...], "start": EPOCH_SECONDS, "duration": SECONDS}``;
+  ``POST /maintenance/cancel`` ``{"agents": [id, ...]}``
 - ``POST /frameworks/{id}/teardown``
 - ``POST /tasks/{id}/kill`` (``?framework_id=`` when several frameworks use the id)
 
@@ -37,6 +40,7 @@ from agora.sdk.daemon.http_auth import load_credentials
 from agora.sdk.errors import ProtocolError
 from agora.sdk.ids import AgentID, FrameworkID, TaskID
 from agora.sdk.messages import (
+    CancelMaintenance,
     DrainAgent,
     Error,
     ErrorCode,
@@ -46,6 +50,7 @@ from agora.sdk.messages import (
     OperatorKill,
     ReactivateAgent,
     RoleWeight,
+    ScheduleMaintenance,
     TeardownFramework,
     UpdateQuota,
     UpdateWeights,
@@ -121,7 +126,9 @@ def add_routes(
     app.router.add_post("/weights", route(_weights))
     app.router.add_post("/quota", route(_quota))
     app.router.add_delete("/quota/{role}", route(_no_quota))
-    app.router.add_post("/agents/{id}/drain", route(_agent(DrainAgent)))
+    app.router.add_post("/agents/{id}/drain", route(_drain))
+    app.router.add_post("/maintenance", route(_schedule))
+    app.router.add_post("/maintenance/cancel", route(_cancel))
     app.router.add_post("/agents/{id}/reactivate", route(_agent(ReactivateAgent)))
     app.router.add_post("/agents/{id}/gone", route(_agent(MarkAgentGone)))
     app.router.add_post("/frameworks/{id}/teardown", route(_teardown))
@@ -205,7 +212,47 @@ def _no_quota(request: web.Request, _: Any) -> Message:
     return UpdateQuota(role=request.match_info["role"])
 
 
-def _agent(kind: type[DrainAgent | ReactivateAgent | MarkAgentGone]) -> Any:
+def _drain(request: web.Request, body: Any) -> Message:
+    deadline = None if body is None else _object(body).get("deadline")
+    if body is not None and set(_object(body)) - {"deadline"}:
+        raise Refused(400, 'expected no body or {"deadline": EPOCH_SECONDS}')
+    return DrainAgent(
+        agent_id=AgentID(request.match_info["id"]),
+        deadline=None if deadline is None else _number(deadline, "deadline"),
+    )
+
+
+def _schedule(_: web.Request, body: Any) -> Message:
+    obj = _object(body)
+    if set(obj) != {"agents", "start", "duration"}:
+        raise Refused(400, 'expected {"agents": [id, ...], "start": EPOCH_SECONDS, "duration": S}')
+    return ScheduleMaintenance(
+        agent_ids=_agent_ids(obj["agents"]),
+        start=_number(obj["start"], "start"),
+        duration=_number(obj["duration"], "duration"),
+    )
+
+
+def _cancel(_: web.Request, body: Any) -> Message:
+    obj = _object(body)
+    if set(obj) != {"agents"}:
+        raise Refused(400, 'expected {"agents": [id, ...]}')
+    return CancelMaintenance(agent_ids=_agent_ids(obj["agents"]))
+
+
+def _agent_ids(value: Any) -> tuple[AgentID, ...]:
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+        raise Refused(400, "agents must be a non-empty list of agent ids")
+    return tuple(AgentID(v) for v in value)
+
+
+def _number(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise Refused(400, f"{what} must be a number")
+    return float(value)
+
+
+def _agent(kind: type[ReactivateAgent | MarkAgentGone]) -> Any:
     def build(request: web.Request, _: Any) -> Message:
         return kind(agent_id=AgentID(request.match_info["id"]))
 

@@ -21,6 +21,7 @@ from agora.master.server.metrics import DaemonStats
 from agora.master.server.process import _advertised_http
 from agora.sdk.daemon.httpd import start_http
 from agora.sdk.messages import (
+    CancelMaintenance,
     DrainAgent,
     Error,
     ErrorCode,
@@ -30,6 +31,7 @@ from agora.sdk.messages import (
     OperatorKill,
     ReactivateAgent,
     RoleWeight,
+    ScheduleMaintenance,
     TeardownFramework,
     UpdateQuota,
     UpdateWeights,
@@ -119,6 +121,24 @@ async def _post(
         ("DELETE", "/quota/batch", None, UpdateQuota(role="batch")),
         ("POST", "/agents/e1-A3/drain", None, DrainAgent(agent_id="e1-A3")),  # type: ignore[arg-type]
         ("POST", "/agents/e1-A3/reactivate", None, ReactivateAgent(agent_id="e1-A3")),  # type: ignore[arg-type]
+        (
+            "POST",
+            "/agents/e1-A3/drain",
+            {"deadline": 1700000000},
+            DrainAgent(agent_id="e1-A3", deadline=1.7e9),  # type: ignore[arg-type]
+        ),
+        (
+            "POST",
+            "/maintenance",
+            {"agents": ["e1-A3", "e1-A4"], "start": 1700000000, "duration": 3600},
+            ScheduleMaintenance(agent_ids=("e1-A3", "e1-A4"), start=1.7e9, duration=3600.0),  # type: ignore[arg-type]
+        ),
+        (
+            "POST",
+            "/maintenance/cancel",
+            {"agents": ["e1-A3"]},
+            CancelMaintenance(agent_ids=("e1-A3",)),  # type: ignore[arg-type]
+        ),
         ("POST", "/agents/e1-A3/gone", None, MarkAgentGone(agent_id="e1-A3")),  # type: ignore[arg-type]
         (
             "POST",
@@ -188,6 +208,12 @@ def test_not_acting_is_503_and_no_answer_is_504() -> None:
         ("/quota", {"role": "batch", "guarantee": "cpus:1", "extra": 1}, "unknown fields"),
         ("/quota", {"guarantee": "cpus:1"}, "expected"),
         ("/quota", {"role": "batch"}, "DELETE"),
+        ("/agents/x/drain", {"deadline": "soon"}, "deadline must be a number"),
+        ("/agents/x/drain", {"when": 1}, "expected"),
+        ("/maintenance", {"agents": ["x"], "start": 1}, "expected"),
+        ("/maintenance", {"agents": [], "start": 1, "duration": 60}, "non-empty list"),
+        ("/maintenance", {"agents": ["x"], "start": 1, "duration": -60}, "duration"),
+        ("/maintenance/cancel", {"agents": "x"}, "non-empty list"),
     ],
 )
 def test_bad_bodies_are_400_and_make_no_call(path: str, body: Any, why: str) -> None:
