@@ -19,12 +19,13 @@ import math
 import random
 from collections.abc import Iterable, Mapping
 
-from agora.master.allocator.amounts import is_scalar_only, minus
-from agora.master.allocator.claims import claims, wanted
+from agora.master.allocator.amounts import is_scalar_only
+from agora.master.allocator.claims import claims
 from agora.master.allocator.filters import FilterBook
 from agora.master.allocator.gangs import GangQueue
 from agora.master.allocator.ledger import Ledger
-from agora.master.allocator.quota import Quota, required_headroom, shape_offer
+from agora.master.allocator.quota import Quota
+from agora.master.allocator.quota_offers import QuotaOffers
 from agora.master.allocator.reclaim import Candidate, Claim, ReclaimConfig, Victim, plan
 from agora.master.allocator.state import AgentState, FrameworkState, RoleState, lent_slot
 from agora.master.allocator.types import (
@@ -59,6 +60,9 @@ class Allocator:
         self._quotas: dict[str, Quota] = {}
         self._gangs = GangQueue(self._ledger, self._quotas)
         self._filters = FilterBook()
+        self._quota_offers = QuotaOffers(
+            self._ledger, self._quotas, self._filters, self._gangs, self._pick, self._min_ok
+        )
         self._batches = 0  # full batch allocations completed
         self._agent_seq = 0
         self._min_scalar: list[dict[str, int]] = []
@@ -335,7 +339,7 @@ class Allocator:
                     agents.append(agent)
         if ledger.roles and agents:
             if self._quotas:
-                self._offer_with_quota(agents, now, out)
+                self._quota_offers.run(agents, now, self._batches, out)
             else:
                 self._offer(agents, now, out)
         if agent_ids is None:
@@ -421,40 +425,6 @@ class Allocator:
                 agent.slots.add((fw.id, role.name))
                 out.append(Allocation(fw.id, agent.id, role.name, candidate))
 
-    # ------------------------------------------------------------------ quota
-
-    def _role_alloc(self, role: str) -> Mapping[str, int]:
-        state = self._ledger.roles.get(role)
-        return state.alloc if state is not None else {}
-
-    def _required(self) -> dict[str, int]:
-        return required_headroom((q, self._role_alloc(r)) for r, q in self._quotas.items())
-
-    def _offer_with_quota(
-        self, agents: list[AgentState], now: float, out: list[Allocation | GangAllocation]
-    ) -> None:
-        below = {
-            r
-            for r, q in self._quotas.items()
-            if r in self._ledger.roles and q.unmet(self._role_alloc(r))
-        }
-        if below:
-            for agent in agents:
-                self._offer_quota_agent(agent, now, out, below)
-        for agent in agents:
-            self._offer_quota_agent(agent, now, out, None)
-        if self._required() and any(fw.revocable for fw in self._ledger.frameworks.values()):
-            # What roles that want their guarantee now are owed is never lent: freed, it
-            # waits for them (their offers come in stage 1).
-            owed: dict[str, int] = {}
-            for _role, unmet in wanted(
-                self._ledger, self._quotas, self._filters, self._gangs, now, self._batches
-            ):
-                for name, value in unmet.items():
-                    owed[name] = owed.get(name, 0) + value
-            for agent in agents:
-                self._offer_quota_agent(agent, now, out, None, lend=owed)
-
     # ------------------------------------------------------------------ reclaim
 
     def claims(self, now: float) -> list[Claim]:
@@ -485,50 +455,6 @@ class Allocator:
             now,
             config,
         )
-
-    def _offer_quota_agent(
-        self,
-        agent: AgentState,
-        now: float,
-        out: list[Allocation | GangAllocation],
-        stage1: set[str] | None,
-        lend: Mapping[str, int] | None = None,
-    ) -> None:
-        """Stage 1 (``stage1`` = roles below guarantee) or stage 2 (None) on one agent; or,
-        with ``lend`` (what roles that want their guarantee now are owed), stage 3: what
-        headroom held back beyond ``lend`` goes, as revocable offers of unreserved resources,
-        to frameworks that take them (within their roles' limits)."""
-        ledger = self._ledger
-        for name in ledger.role_sorter.sort():
-            if stage1 is not None and name not in stage1:
-                continue
-            role = ledger.roles[name]
-            quota = self._quotas.get(name)
-            if stage1 is not None and (quota is None or not quota.unmet(role.alloc)):
-                continue
-            while True:  # a cut offer may leave something for the next framework
-                base = ledger.offerable(agent, name)
-                if lend is not None:
-                    base = base.unreserved()
-                if not base:
-                    break
-                offer = shape_offer(
-                    base,
-                    quota=quota,
-                    allocation=role.alloc,
-                    stage1=stage1 is not None,
-                    required=self._required() if lend is None else lend,
-                    available=minus(ledger.free_unres, ledger.earmark_unres),
-                )
-                milli = offer.scalar_totals_milli()
-                if not offer or not self._min_ok(milli, offer):
-                    break
-                fw = self._pick(agent, role, offer, now, lend=lend is not None)
-                if fw is None:
-                    break
-                ledger.grant(fw.id, agent, name, offer, milli)
-                agent.slots.add((fw.id, name if lend is None else lent_slot(name)))
-                out.append(Allocation(fw.id, agent.id, name, offer, revocable=lend is not None))
 
     # ------------------------------------------------------------------ introspection
 
@@ -569,7 +495,8 @@ class Allocator:
 
     def role_allocation(self, role: str) -> dict[str, int]:
         """What the role holds (offered + in use), in thousandths per scalar."""
-        return dict(self._role_alloc(role))
+        state = self._ledger.roles.get(role)
+        return dict(state.alloc) if state is not None else {}
 
     def outstanding(self, framework_id: FrameworkID) -> frozenset[tuple[AgentID, str]]:
         """The (agent, role) pairs where the framework has an offer not yet closed."""

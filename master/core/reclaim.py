@@ -17,11 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
-from agora.master.allocator.reclaim import Candidate, Victim
+from agora.master.allocator.reclaim import Candidate, Claim, ReclaimConfig, Victim
 from agora.master.core.offers import rescind_offers
-from agora.master.core.state import AgentStatus, MasterState, Task
+from agora.master.core.state import AgentStatus, MasterState, Task, TaskKey
 from agora.sdk.ids import OfferID
 from agora.sdk.messages import KillTask, Reason, TaskState, is_final
+from agora.sdk.resources import Resources
 
 __all__ = ["PRIORITY_LABEL", "reclaim"]
 
@@ -40,8 +41,13 @@ def reclaim(st: MasterState, now: float) -> None:
     claims = st.allocator.claims(now)
     if not claims:
         return
-    candidates, tasks = _candidates(st)
+    # Offers, lent tasks and those being stopped first: usually enough, and far fewer than
+    # every task of a big cluster. Every task only when they fall short.
+    candidates, tasks = _candidates(st, st.revocable_tasks | st.reclaiming)
     victims = st.allocator.plan_reclaim(claims, candidates, now, cfg)
+    if _short(claims, candidates, victims, cfg):
+        candidates, tasks = _candidates(st, None)
+        victims = st.allocator.plan_reclaim(claims, candidates, now, cfg)
     rescind: list[OfferID] = []
     for victim in victims:
         key = victim.candidate.key
@@ -54,31 +60,59 @@ def reclaim(st: MasterState, now: float) -> None:
         rescind_offers(st, rescind, now)
 
 
-def _candidates(st: MasterState) -> tuple[list[Candidate], dict[Hashable, Task]]:
-    """What reclaim may take, and the tasks among them by candidate key."""
+def _short(
+    claims: list[Claim], candidates: list[Candidate], victims: list[Victim], cfg: ReclaimConfig
+) -> bool:
+    """Whether the claims are not covered by what is being stopped and what the round takes,
+    though the round could take more tasks."""
+    if sum(v.candidate.kind == "task" for v in victims) >= cfg.max_victims:
+        return False
+    coming: dict[str, int] = {}
+    for scalars in [c.scalars for c in candidates if c.stopping] + [
+        v.candidate.scalars for v in victims
+    ]:
+        for name, value in scalars.items():
+            coming[name] = coming.get(name, 0) + value
+    need: dict[str, int] = {}
+    for claim in claims:
+        for name, value in claim.need.items():
+            need[name] = need.get(name, 0) + value
+    return any(coming.get(name, 0) < value for name, value in need.items())
+
+
+def _candidates(
+    st: MasterState, only: set[TaskKey] | None
+) -> tuple[list[Candidate], dict[Hashable, Task]]:
+    """What reclaim may take (outstanding offers, and the tasks of ``only``, or all), and the
+    tasks among them by candidate key."""
     active = {aid for aid, a in st.agents.items() if a.status is AgentStatus.ACTIVE}
     out = [
         Candidate(
             key=str(o.offer_id),
             kind="offer",
             role=o.role,
-            scalars=o.resources.scalar_totals_milli(),
+            scalars=_scalars(o.resources),
             revocable=o.revocable,
         )
         for o in st.offers.values()
         if o.gang_id is None and o.agent_id in active
     ]
     tasks: dict[Hashable, Task] = {}
-    for task in st.tasks.values():
+    pairs = (
+        st.tasks.items()
+        if only is None
+        else ((key, task) for key in only if (task := st.tasks.get(key)) is not None)
+    )
+    for key, task in pairs:
         if task.released or task.state not in _RUNNING or task.agent_id not in active:
             continue
-        tasks[task.key] = task
+        tasks[key] = task
         out.append(
             Candidate(
-                key=task.key,
+                key=key,
                 kind="task",
                 role=task.role,
-                scalars=task.resources.scalar_totals_milli(),
+                scalars=_scalars(task.resources),
                 revocable=task.revocable,
                 priority=_priority(task),
                 started_at=task.launched_at,
@@ -86,6 +120,22 @@ def _candidates(st: MasterState) -> tuple[list[Candidate], dict[Hashable, Task]]
             )
         )
     return out, tasks
+
+
+#: Resources records are immutable: their scalars, by the record's id (the record is kept
+#: alongside, so its id is not reused). Tasks of one shape share few records.
+_SCALARS: dict[int, tuple[Resources, dict[str, int]]] = {}
+
+
+def _scalars(res: Resources) -> dict[str, int]:
+    known = _SCALARS.get(id(res))
+    if known is not None and known[0] is res:
+        return known[1]
+    if len(_SCALARS) > 100_000:
+        _SCALARS.clear()
+    milli = res.scalar_totals_milli()
+    _SCALARS[id(res)] = (res, milli)
+    return milli
 
 
 def _priority(task: Task) -> int:
@@ -103,6 +153,7 @@ def _take(st: MasterState, task: Task, victim: Victim) -> None:
         return
     reason = Reason.RESOURCES_REVOKED if victim.revoked else Reason.TASK_PREEMPTED
     task.reclaim_reason = reason
+    st.reclaiming.add(task.key)
     task.kill_id = st.mint("reclaim-")
     fw = st.frameworks.get(task.framework_id)
     st.notice(

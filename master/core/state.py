@@ -186,6 +186,10 @@ class MasterState:
     next_ping_at: float = 0.0
     next_heartbeat_at: float = 0.0
     next_reclaim_at: float = 0.0
+    #: Tasks on lent resources, and tasks reclaim is stopping: what a reclaim round looks at
+    #: first, before every task (see reclaim.py).
+    revocable_tasks: set[TaskKey] = field(default_factory=set)
+    reclaiming: set[TaskKey] = field(default_factory=set)
     #: The replicated registry (read-only here: committed operations change it).
     registry: Registry = field(default_factory=Registry)
     #: Proposed registry operations awaiting commit: seq -> what to do then.
@@ -274,6 +278,8 @@ class MasterState:
     def add_task(self, task: Task) -> None:
         key = task.key
         self.tasks[key] = task
+        if task.revocable:
+            self.revocable_tasks.add(key)
         agent = self.agents.get(task.agent_id)
         if agent is not None:
             agent.tasks.add(key)
@@ -285,6 +291,8 @@ class MasterState:
         task = self.tasks.pop(key, None)
         if task is None:
             return None
+        self.revocable_tasks.discard(key)
+        self.reclaiming.discard(key)
         agent = self.agents.get(task.agent_id)
         if agent is not None:
             agent.tasks.discard(key)

@@ -150,3 +150,40 @@ def test_a_task_may_take_memory_from_an_ordinary_offer_and_cpus_from_a_lent_one(
     assert task.revocable and task.state is TaskState.STAGING
     # The rest of both offers came back; nothing was charged twice.
     assert h.unclaimed(lent.agent_id) == Resources.parse("cpus:0.5;mem:1536")
+
+
+def test_ordinary_tasks_go_lowest_priority_and_newest_first_when_nothing_was_lent() -> None:
+    """A guarantee set after b filled the cluster: nothing is revocable, so every task is looked
+    at. b stays at its own guarantee of 0 cpus; the two of lowest priority, newest first, are
+    preempted (TASK_PREEMPTED), never the high-priority one."""
+    from agora.sdk.messages import Accept, Filters, Launch, UpdateQuota
+    from msgspec.structs import replace as with_fields
+    from support.master_kit import task_info
+
+    h = Harness(MasterConfig(reclaim=ReclaimConfig(min_runtime=5.0)))
+    agent = h.register_agent("h1", "cpus:4;mem:4096")
+    fb = h.subscribe("sb", ("b",))
+    h.tick(1.0)
+    infos = []
+    for n, priority in enumerate((1, 9, 1, 1)):
+        info = task_info(f"b{n}", "cpus:1;mem:64", agent)
+        infos.append(with_fields(info, labels={"agora.priority": str(priority)}))
+    for info in infos:  # launched a second apart: b3 is the newest
+        h.tick(1.0)
+        offers = [o for o in offers_in(h.sent, "sb") if o.offer_id in h.master.state.offers]
+        h.handle(
+            "sb",
+            Accept(
+                framework_id=fb,
+                offer_ids=tuple(o.offer_id for o in offers),
+                operations=(Launch(task_infos=(info,)),),
+                filters=Filters(refuse_seconds=0.0),
+            ),
+        )
+    assert len(h.master.state.tasks) == 4
+    h.handle("ops", UpdateQuota(role="a", guarantee=Resources.parse("cpus:2")))
+    h.subscribe("sa", ("a",))
+    out = h.tick(10.0)
+    kills = _kills(out)
+    assert sorted(k.task_id for k in kills) == ["b2", "b3"]
+    assert {k.reason for k in kills} == {Reason.TASK_PREEMPTED}
