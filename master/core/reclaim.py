@@ -28,6 +28,9 @@ __all__ = ["PRIORITY_LABEL", "reclaim"]
 
 PRIORITY_LABEL = "agora.priority"
 
+#: The reasons of reclaim's kills (a drain's kill has its own).
+_RECLAIM = frozenset({Reason.TASK_PREEMPTED, Reason.RESOURCES_REVOKED})
+
 #: States in which a task holds resources and can be stopped.
 _RUNNING = frozenset({TaskState.STAGING, TaskState.STARTING, TaskState.RUNNING, TaskState.KILLING})
 
@@ -85,7 +88,13 @@ def _candidates(
 ) -> tuple[list[Candidate], dict[Hashable, Task]]:
     """What reclaim may take (outstanding offers, and the tasks of ``only``, or all), and the
     tasks among them by candidate key."""
-    active = {aid for aid, a in st.agents.items() if a.status is AgentStatus.ACTIVE}
+    # Agents being drained are left out: nothing freed there would be offered.
+    active = {
+        aid
+        for aid, a in st.agents.items()
+        if a.status is AgentStatus.ACTIVE
+        and not ((entry := st.registry.agents.get(aid)) is not None and entry.draining)
+    }
     out = [
         Candidate(
             key=str(o.offer_id),
@@ -116,7 +125,7 @@ def _candidates(
                 revocable=task.revocable,
                 priority=_priority(task),
                 started_at=task.launched_at,
-                stopping=task.reclaim_reason is not None,
+                stopping=task.reclaim_reason in _RECLAIM,
             )
         )
     return out, tasks

@@ -123,8 +123,9 @@ class Task:
     revocable: bool = False
     #: When the master launched it (0.0: learnt from an agent's report, time unknown).
     launched_at: float = 0.0
-    #: Being stopped by reclaim, and the reason its KILLED update gets (TASK_PREEMPTED or
-    #: RESOURCES_REVOKED); None: not taken.
+    #: Being stopped by the master itself, and the reason its KILLED update gets:
+    #: TASK_PREEMPTED or RESOURCES_REVOKED (reclaim), AGENT_DRAINING (a drain's deadline).
+    #: None: not stopped by the master.
     reclaim_reason: Reason | None = None
 
     @property

@@ -187,3 +187,17 @@ def test_ordinary_tasks_go_lowest_priority_and_newest_first_when_nothing_was_len
     kills = _kills(out)
     assert sorted(k.task_id for k in kills) == ["b2", "b3"]
     assert {k.reason for k in kills} == {Reason.TASK_PREEMPTED}
+
+
+def test_tasks_on_a_draining_agent_are_not_taken() -> None:
+    """What a draining agent frees is never offered: killing its tasks would gain nothing."""
+    from agora.sdk.messages import DrainAgent
+
+    h, fa, _fb, _ = _borrowed()
+    for agent_id in list(h.master.state.agents):
+        h.handle("ops", DrainAgent(agent_id=agent_id))
+    h.tick(10.0)
+    out = h.handle("sa", Revive(framework_id=fa))
+    for _ in range(3):
+        out += h.tick(1.0)
+    assert _kills(out) == []
