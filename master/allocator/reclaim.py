@@ -131,6 +131,7 @@ def plan(
     """
     needs = [(c.role, dict(c.need)) for c in claims]
     claimants = {role for role, _ in needs}
+    wanted = {name for _role, need in needs for name in need}
     roles: dict[str, _Role] = {}
     pool: list[Candidate] = []
     for cand in candidates:
@@ -151,7 +152,9 @@ def plan(
             continue
         if cand.kind == "task" and now - cand.started_at < config.min_runtime:
             continue
-        pool.append(cand)
+        scalars = cand.scalars
+        if any(scalars.get(name, 0) > 0 for name in wanted):  # else it can never help
+            pool.append(cand)
     if not any(need for _role, need in needs):
         return []
     for state in roles.values():

@@ -22,7 +22,6 @@ from agora.master.core.offers import rescind_offers
 from agora.master.core.state import AgentStatus, MasterState, Task, TaskKey
 from agora.sdk.ids import OfferID
 from agora.sdk.messages import KillTask, Reason, TaskState, is_final
-from agora.sdk.resources import Resources
 
 __all__ = ["PRIORITY_LABEL", "reclaim"]
 
@@ -46,10 +45,11 @@ def reclaim(st: MasterState, now: float) -> None:
         return
     # Offers, lent tasks and those being stopped first: usually enough, and far fewer than
     # every task of a big cluster. Every task only when they fall short.
-    candidates, tasks = _candidates(st, st.revocable_tasks | st.reclaiming)
+    wanted = {name for claim in claims for name in claim.need}
+    candidates, tasks = _candidates(st, wanted, st.revocable_tasks | st.reclaiming)
     victims = st.allocator.plan_reclaim(claims, candidates, now, cfg)
     if _short(claims, candidates, victims, cfg):
-        candidates, tasks = _candidates(st, None)
+        candidates, tasks = _candidates(st, wanted, None)
         victims = st.allocator.plan_reclaim(claims, candidates, now, cfg)
     rescind: list[OfferID] = []
     for victim in victims:
@@ -84,10 +84,10 @@ def _short(
 
 
 def _candidates(
-    st: MasterState, only: set[TaskKey] | None
+    st: MasterState, wanted: set[str], only: set[TaskKey] | None
 ) -> tuple[list[Candidate], dict[Hashable, Task]]:
-    """What reclaim may take (outstanding offers, and the tasks of ``only``, or all), and the
-    tasks among them by candidate key."""
+    """What reclaim may take (outstanding offers, and the tasks of ``only``, or all) that holds
+    some of the ``wanted`` scalars, and the tasks among them by candidate key."""
     # Agents being drained are left out: nothing freed there would be offered.
     active = {
         aid
@@ -100,11 +100,11 @@ def _candidates(
             key=str(o.offer_id),
             kind="offer",
             role=o.role,
-            scalars=_scalars(o.resources),
+            scalars=o.milli,
             revocable=o.revocable,
         )
         for o in st.offers.values()
-        if o.gang_id is None and o.agent_id in active
+        if o.gang_id is None and o.agent_id in active and _holds(o.milli, wanted)
     ]
     tasks: dict[Hashable, Task] = {}
     pairs = (
@@ -113,7 +113,12 @@ def _candidates(
         else ((key, task) for key in only if (task := st.tasks.get(key)) is not None)
     )
     for key, task in pairs:
-        if task.released or task.state not in _RUNNING or task.agent_id not in active:
+        if (
+            task.released
+            or task.state not in _RUNNING
+            or task.agent_id not in active
+            or not _holds(task.milli, wanted)
+        ):
             continue
         tasks[key] = task
         out.append(
@@ -121,7 +126,7 @@ def _candidates(
                 key=key,
                 kind="task",
                 role=task.role,
-                scalars=_scalars(task.resources),
+                scalars=task.milli,
                 revocable=task.revocable,
                 priority=_priority(task),
                 started_at=task.launched_at,
@@ -131,20 +136,12 @@ def _candidates(
     return out, tasks
 
 
-#: Resources records are immutable: their scalars, by the record's id (the record is kept
-#: alongside, so its id is not reused). Tasks of one shape share few records.
-_SCALARS: dict[int, tuple[Resources, dict[str, int]]] = {}
-
-
-def _scalars(res: Resources) -> dict[str, int]:
-    known = _SCALARS.get(id(res))
-    if known is not None and known[0] is res:
-        return known[1]
-    if len(_SCALARS) > 100_000:
-        _SCALARS.clear()
-    milli = res.scalar_totals_milli()
-    _SCALARS[id(res)] = (res, milli)
-    return milli
+def _holds(milli: dict[str, int], wanted: set[str]) -> bool:
+    # A loop, not any(): this runs for every offer and task of a reclaim round.
+    for name in wanted:  # noqa: SIM110
+        if milli.get(name, 0) > 0:
+            return True
+    return False
 
 
 def _priority(task: Task) -> int:

@@ -127,6 +127,11 @@ class Task:
     #: TASK_PREEMPTED or RESOURCES_REVOKED (reclaim), AGENT_DRAINING (a drain's deadline).
     #: None: not stopped by the master.
     reclaim_reason: Reason | None = None
+    #: The scalars of ``resources`` in thousandths (what reclaim weighs; made once).
+    milli: dict[str, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.milli = self.resources.scalar_totals_milli()
 
     @property
     def key(self) -> TaskKey:
@@ -146,6 +151,11 @@ class OutstandingOffer:
     revocable: bool = False
     #: Every offer id of the gang bundle this offer belongs to (itself included).
     bundle: tuple[OfferID, ...] = ()
+    #: The scalars of ``resources`` in thousandths (what reclaim weighs; made once).
+    milli: dict[str, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.milli = self.resources.scalar_totals_milli()
 
 
 @dataclass(frozen=True, slots=True)
