@@ -76,7 +76,8 @@ class QuotaOffers:
             self._offer_quota_agent(agent, now, out, None, owed)
         if owed is not None:
             for agent in agents:
-                self._offer_quota_agent(agent, now, out, None, owed, lend_only=True)
+                if agent.free:  # most of a busy cluster has nothing left to lend
+                    self._offer_quota_agent(agent, now, out, None, owed, lend_only=True)
 
     def _owed(self, now: float, batches: int) -> dict[str, int] | None:
         """None when nothing is lent (no guarantee unmet, or no framework takes revocable
