@@ -28,6 +28,7 @@ from agora.master.core.maintenance_state import (
 )
 from agora.master.core.offers import rescind_offers
 from agora.master.core.state import Agent, AgentStatus, Framework, MasterState
+from agora.master.core.tasks import stop
 from agora.master.registry import DrainAgent as DrainOp
 from agora.master.registry import MaintenanceWindow, SetMaintenance
 from agora.sdk.ids import AgentID, FrameworkID
@@ -39,7 +40,6 @@ from agora.sdk.messages import (
     InverseOffer,
     InverseOfferAnswer,
     InverseOffers,
-    KillTask,
     MaintenanceSummary,
     Reason,
     RescindInverseOffer,
@@ -352,28 +352,9 @@ def _enforce_deadlines(st: MasterState, now: float) -> None:
             continue  # killed (again) when it comes back, at the next check
         for key in sorted(agent.tasks):
             task = st.tasks.get(key)
-            if task is None or is_final(task.state) or task.reclaim_reason is Reason.AGENT_DRAINING:
+            if task is None or is_final(task.state) or task.stop_reason is Reason.AGENT_DRAINING:
                 continue
-            task.reclaim_reason = Reason.AGENT_DRAINING
-            task.kill_id = st.mint("drain-")
-            fw = st.frameworks.get(task.framework_id)
-            st.notice(
-                "task_killed_at_drain_deadline",
-                framework_id=task.framework_id,
-                task_id=task.info.task_id,
-                agent_id=agent_id,
-                kill_id=task.kill_id,
-            )
-            st.send(
-                agent.peer,
-                KillTask(
-                    framework_id=task.framework_id,
-                    task_id=task.info.task_id,
-                    kill_id=task.kill_id,
-                    partition_aware=fw is not None and fw.partition_aware,
-                    reason=Reason.AGENT_DRAINING,
-                ),
-            )
+            stop(st, task, Reason.AGENT_DRAINING, st.mint("drain-"), "the drain's deadline")
 
 
 def set_offering(st: MasterState, agent_id: AgentID, *, offering: bool, now: float) -> None:

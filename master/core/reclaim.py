@@ -20,8 +20,9 @@ from collections.abc import Hashable
 from agora.master.allocator.reclaim import Candidate, Claim, ReclaimConfig, Victim
 from agora.master.core.offers import rescind_offers
 from agora.master.core.state import AgentStatus, MasterState, Task, TaskKey
+from agora.master.core.tasks import stop
 from agora.sdk.ids import OfferID
-from agora.sdk.messages import KillTask, Reason, TaskState, is_final
+from agora.sdk.messages import Reason, TaskState, is_final
 
 __all__ = ["PRIORITY_LABEL", "reclaim"]
 
@@ -130,7 +131,7 @@ def _candidates(
                 revocable=task.revocable,
                 priority=_priority(task),
                 started_at=task.launched_at,
-                stopping=task.reclaim_reason in _RECLAIM,
+                stopping=task.stop_reason in _RECLAIM,
             )
         )
     return out, tasks
@@ -158,27 +159,6 @@ def _take(st: MasterState, task: Task, victim: Victim) -> None:
     if is_final(task.state):
         return
     reason = Reason.RESOURCES_REVOKED if victim.revoked else Reason.TASK_PREEMPTED
-    task.reclaim_reason = reason
     st.reclaiming.add(task.key)
-    task.kill_id = st.mint("reclaim-")
-    fw = st.frameworks.get(task.framework_id)
-    st.notice(
-        "task_reclaimed",
-        framework_id=task.framework_id,
-        task_id=task.info.task_id,
-        agent_id=task.agent_id,
-        role=task.role,
-        claimant=victim.claimant,
-        reason=reason.value,
-        kill_id=task.kill_id,
-    )
-    st.send_agent(
-        task.agent_id,
-        KillTask(
-            framework_id=task.framework_id,
-            task_id=task.info.task_id,
-            kill_id=task.kill_id,
-            partition_aware=fw is not None and fw.partition_aware,
-            reason=reason,
-        ),
-    )
+    why = f"reclaim from role {task.role} for role {victim.claimant}"
+    stop(st, task, reason, st.mint("reclaim-"), why)

@@ -126,7 +126,7 @@ class Task:
     #: Being stopped by the master itself, and the reason its KILLED update gets:
     #: TASK_PREEMPTED or RESOURCES_REVOKED (reclaim), AGENT_DRAINING (a drain's deadline).
     #: None: not stopped by the master.
-    reclaim_reason: Reason | None = None
+    stop_reason: Reason | None = None
     #: The scalars of ``resources`` in thousandths (what reclaim weighs; made once).
     milli: dict[str, int] = field(init=False, repr=False, compare=False)
 

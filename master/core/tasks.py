@@ -44,6 +44,7 @@ __all__ = [
     "on_status_update",
     "reconcile_one",
     "resend_kills",
+    "stop",
 ]
 
 
@@ -149,6 +150,34 @@ def on_kill(st: MasterState, fw: Framework, msg: Kill, now: float) -> None:
     )
 
 
+def stop(st: MasterState, task: Task, reason: Reason, kill_id: str, why: str) -> None:
+    """The master kills ``task`` itself (reclaim, a drain's deadline): its KILLED update gets
+    ``reason`` from the agent, and the kill is sent again if the agent re-registers with the
+    task still running. ``why`` is logged with it."""
+    task.stop_reason = reason
+    task.kill_id = kill_id
+    fw = st.frameworks.get(task.framework_id)
+    st.notice(
+        "task_stopped_by_master",
+        framework_id=task.framework_id,
+        task_id=task.info.task_id,
+        agent_id=task.agent_id,
+        reason=reason.value,
+        kill_id=kill_id,
+        why=why,
+    )
+    st.send_agent(
+        task.agent_id,
+        KillTask(
+            framework_id=task.framework_id,
+            task_id=task.info.task_id,
+            kill_id=kill_id,
+            partition_aware=fw is not None and fw.partition_aware,
+            reason=reason,
+        ),
+    )
+
+
 def resend_kills(st: MasterState, agent: Agent, reported: Iterable[AgentTask]) -> None:
     """Kill again the tasks the agent reports still running that were killed: the first
     KILL_TASK may have been lost with the connection the agent re-registers from."""
@@ -177,7 +206,7 @@ def resend_kills(st: MasterState, agent: Agent, reported: Iterable[AgentTask]) -
                 task_id=at.task.task_id,
                 kill_id=task.kill_id,
                 partition_aware=fw is not None and fw.partition_aware,
-                reason=task.reclaim_reason,
+                reason=task.stop_reason,
             ),
         )
 

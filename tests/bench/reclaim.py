@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> None:
 
     def claim() -> object:
         for task in st.tasks.values():
-            task.reclaim_reason = None
+            task.stop_reason = None
         st.outbox.clear()
         st.next_reclaim_at = 0.0
         reclaim_step.reclaim(st, now)

@@ -183,7 +183,7 @@ class Invariants:
         st = core.state
         task = st.tasks.get((msg.framework_id, msg.task_id))
         assert task is not None, f"reclaim killed {msg.task_id}, which the master does not track"
-        assert task.reclaim_reason is msg.reason
+        assert task.stop_reason is msg.reason
         assert (msg.reason is Reason.RESOURCES_REVOKED) == task.revocable, (
             f"reclaim killed {msg.task_id} (revocable: {task.revocable}) with {msg.reason}"
         )
@@ -193,7 +193,7 @@ class Invariants:
         left = st.allocator.role_allocation(task.role)
         taking: Milli = {}
         for other in st.tasks.values():
-            if other.role == task.role and other.reclaim_reason is not None and not other.released:
+            if other.role == task.role and other.stop_reason is not None and not other.released:
                 _add(taking, other.resources)
         for name, floor in quota[0].scalar_totals_milli().items():
             assert left.get(name, 0) - taking.get(name, 0) >= floor, (
