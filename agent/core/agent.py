@@ -50,6 +50,7 @@ from agora.agent.core import (
     checkpoint,
     executor_auth,
     executors,
+    exits,
     limits,
     recovery,
     registration,
@@ -80,6 +81,7 @@ from agora.sdk.messages import (
     AgentRegistered,
     AgentReregistered,
     ExecutorToFramework,
+    ExitedExecutorAck,
     FrameworkToExecutor,
     KillTask,
     Message,
@@ -112,6 +114,7 @@ _WORK: dict[type[Any], _Handler] = {
     ShutdownExecutor: executors.on_shutdown_executor,
     ShutdownFramework: executors.on_shutdown_framework,
     FrameworkToExecutor: lambda st, msg, _now: executors.on_framework_message(st, msg),
+    ExitedExecutorAck: exits.on_ack,
 }
 
 
@@ -362,6 +365,7 @@ class Agent:
             st.updates.tick(now)
             st.flush_updates()
             executors.tick_executors(st, now)
+            exits.tick_exits(st, now)
             recovery.tick_recovering(st, now)
         return self._finish()
 

@@ -12,7 +12,7 @@ sent SIGTERM. Either way it is SIGKILLed if still alive after the shutdown grace
 
 from __future__ import annotations
 
-from agora.agent.core import gpus
+from agora.agent.core import exits, gpus
 from agora.agent.core.actions import LaunchExecutor, SignalExecutor
 from agora.agent.core.executor_auth import SECRET_ENV
 from agora.agent.core.state import (
@@ -373,7 +373,9 @@ def on_exited(
         state = TaskState.KILLED if ex.shutdown_requested else TaskState.FAILED
         _ended(st, ex, state, Reason.EXECUTOR_TERMINATED, message, now)
     code = UNKNOWN_EXIT_STATUS if status is None else status
-    st.to_master(ExitedExecutor(framework_id=framework_id, executor_id=executor_id, status=code))
+    exits.exited(
+        st, ExitedExecutor(framework_id=framework_id, executor_id=executor_id, status=code), now
+    )
     _relaunch(st, ex, now)
 
 
@@ -386,10 +388,12 @@ def on_launch_failed(
     state = TaskState.KILLED if ex.shutdown_requested else TaskState.FAILED
     message = f"Executor could not be launched: {error}"
     _ended(st, ex, state, Reason.CONTAINER_LAUNCH_FAILED, message[:4096], now)
-    st.to_master(
+    exits.exited(
+        st,
         ExitedExecutor(
             framework_id=framework_id, executor_id=executor_id, status=LAUNCH_FAILED_STATUS
-        )
+        ),
+        now,
     )
     _relaunch(st, ex, now)
 
@@ -431,6 +435,7 @@ def _relaunch(st: AgentState, ex: Executor, now: float) -> None:
     fw = st.frameworks.get(ex.framework_id)
     if fw is not None and ex.successor and not fw.terminating:
         fresh = launch_executor(st, fw, ex.info, ex.builtin, now)
+        exits.forget(st, fresh.key)
         fresh.queued = list(ex.successor)
         st.touch(fresh)
         for launch in fresh.queued:

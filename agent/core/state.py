@@ -11,6 +11,7 @@ import enum
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from agora.agent.core.actions import Action, ResizeExecutor, ToExecutor, ToMaster
 from agora.agent.core.config import AgentConfig
@@ -29,6 +30,9 @@ from agora.sdk.messages import (
     TaskStatus,
 )
 from agora.sdk.resources import Resources
+
+if TYPE_CHECKING:
+    from agora.agent.core.exits import PendingExit
 
 __all__ = [
     "COMMAND_EXECUTOR_ID",
@@ -183,6 +187,8 @@ class AgentState:
     executors: dict[ExecutorKey, Executor] = field(default_factory=dict)
     executors_by_peer: dict[str, ExecutorKey] = field(default_factory=dict)
     tasks: dict[TaskKey, Task] = field(default_factory=dict)
+    #: EXITED_EXECUTORs not acknowledged by the master yet (see exits.py).
+    exits: dict[ExecutorKey, PendingExit] = field(default_factory=dict)
     outbox: list[Action] = field(default_factory=list)
     #: Durable records changed since the last checkpoint (see checkpoint.py); the update
     #: streams' own changes are tracked by ``updates``.

@@ -327,6 +327,7 @@ def _reported_task(st: MasterState, agent_id: AgentID, at: AgentTask) -> Task:
         role=_role(st, at),
         resources=at.task.resources,
         state=at.state,
+        executor_id=at.task.executor.executor_id if at.task.executor is not None else None,
         reported_head=at.status_state,
         reported_uuid=at.status_uuid,
     )

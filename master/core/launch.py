@@ -237,10 +237,10 @@ class _Launch:
         revocable = any(self.offers[oid].revocable for oid, amount in charges.items() if amount)
         agent = st.agents[offer.agent_id]
         executor = group_executor or tasks[0].executor
-        if executor is not None:
-            agent.executors.setdefault(
-                (fw.framework_id, executor.executor_id), (executor, offer.role)
-            )
+        new_executor = False
+        if executor is not None and (fw.framework_id, executor.executor_id) not in agent.executors:
+            agent.executors[(fw.framework_id, executor.executor_id)] = (executor, offer.role)
+            new_executor = True
         for task in tasks:
             self.seen_task_ids.add(task.task_id)
             st.add_task(
@@ -253,6 +253,8 @@ class _Launch:
                     state=TaskState.STAGING,
                     revocable=revocable,
                     launched_at=self.now,
+                    executor_id=executor.executor_id if executor is not None else None,
+                    new_executor=new_executor,
                 )
             )
         if group_executor is not None:

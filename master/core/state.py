@@ -127,6 +127,12 @@ class Task:
     #: TASK_PREEMPTED or RESOURCES_REVOKED (reclaim), AGENT_DRAINING (a drain's deadline).
     #: None: not stopped by the master.
     stop_reason: Reason | None = None
+    #: Its custom executor (its own, or its group's); None: the built-in command executor.
+    executor_id: ExecutorID | None = None
+    #: Its launch added that executor to the master's view of the agent (the first task of it
+    #: there): if the agent answers that it never heard of the task, the executor never started
+    #: either, and is dropped with it (see tasks.on_status_update).
+    new_executor: bool = False
     #: The scalars of ``resources`` in thousandths (what reclaim weighs; made once).
     milli: dict[str, int] = field(init=False, repr=False, compare=False)
 

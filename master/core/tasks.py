@@ -10,6 +10,7 @@ from agora.sdk.messages import (
     AgentTask,
     ExecutorToFramework,
     ExitedExecutor,
+    ExitedExecutorAck,
     Failure,
     FrameworkMessage,
     FrameworkToExecutor,
@@ -70,9 +71,33 @@ def on_status_update(st: MasterState, agent: Agent, msg: StatusUpdateMessage, no
         if is_final(latest):
             # Resources are free as soon as the agent says so, before any acknowledgement.
             st.release_task(task, now)
+            if status.reason is Reason.TASK_UNKNOWN and task.new_executor:
+                _never_started(st, agent, task, now)
         if status.uuid is None and is_final(status.state):
             complete(st, task)
     st.send_framework(update.framework_id, Update(status=status))
+
+
+def _never_started(st: MasterState, agent: Agent, task: Task, now: float) -> None:
+    """The agent never heard of ``task``, whose launch brought its executor: that launch was
+    lost, so the executor never started and no EXITED_EXECUTOR will come. Drop it (and free
+    what it was charged) unless another live task of the master's uses it."""
+    executor_id = task.executor_id
+    assert executor_id is not None
+    for key in agent.tasks:
+        other = st.tasks.get(key)
+        if (
+            other is not None
+            and other is not task
+            and other.framework_id == task.framework_id
+            and not is_final(other.state)
+            and other.executor_id == executor_id
+        ):
+            return
+    entry = agent.executors.pop((task.framework_id, executor_id), None)
+    if entry is not None:
+        info, role = entry
+        st.recover(task.framework_id, agent.agent_id, role, info.resources, now)
 
 
 def on_acknowledge(st: MasterState, fw: Framework, msg: Acknowledge) -> None:
@@ -234,6 +259,11 @@ def on_executor_message(st: MasterState, agent: Agent, msg: ExecutorToFramework)
 
 
 def on_exited_executor(st: MasterState, agent: Agent, msg: ExitedExecutor, now: float) -> None:
+    # Acknowledged even when already heard: the agent sends it until it is (a copy of an
+    # earlier one finds nothing left to do).
+    st.send(
+        agent.peer, ExitedExecutorAck(framework_id=msg.framework_id, executor_id=msg.executor_id)
+    )
     entry = agent.executors.pop((msg.framework_id, msg.executor_id), None)
     if entry is None:
         return

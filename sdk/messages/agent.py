@@ -27,6 +27,7 @@ __all__ = [
     "AgentReregistered",
     "ExecutorToFramework",
     "ExitedExecutor",
+    "ExitedExecutorAck",
     "FrameworkToExecutor",
     "KillTask",
     "Ping",
@@ -206,6 +207,14 @@ class ExitedExecutor(Message, frozen=True, kw_only=True):
     status: int
 
 
+class ExitedExecutorAck(Message, frozen=True, kw_only=True):
+    """Master -> agent: EXITED_EXECUTOR arrived; the agent stops sending it again."""
+
+    NAME: ClassVar[str] = "EXITED_EXECUTOR_ACK"
+    framework_id: FrameworkID
+    executor_id: ExecutorID
+
+
 class UnregisterAgent(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "UNREGISTER_AGENT"
     agent_id: AgentID
@@ -236,6 +245,7 @@ MESSAGES: tuple[type[Message], ...] = (
     FrameworkToExecutor,
     ExecutorToFramework,
     ExitedExecutor,
+    ExitedExecutorAck,
     UnregisterAgent,
     ShutdownAgent,
 )

@@ -45,7 +45,6 @@ from support.sim.runner import (
     Crashes,
     Partitions,
     Scenario,
-    SimulationFailure,
     replay_command,
     run,
 )
@@ -79,7 +78,7 @@ def steady() -> Scenario:
 def lossy() -> Scenario:
     # Drops and random latency (frames of different links interleave freely; each link
     # stays FIFO, as ZeroMQ over TCP and Mesos's libprocess are). A dropped ACCEPT leaves its
-    # offer outstanding, hence the offer timeout. EXITED_EXECUTOR has no retry: see
+    # offer outstanding, hence the offer timeout. A lost EXITED_EXECUTOR is sent again: see
     # test_dropped_exited_executor_is_forgotten.
     return Scenario(
         "lossy",
@@ -421,21 +420,10 @@ def test_soak(scenario: str, seed: int) -> None:
     run(factory(), seed)
 
 
-# --- known gaps, kept visible (strict xfail: they turn red when fixed, so drop the mark) ---
-
-
-@pytest.mark.xfail(
-    strict=True,
-    raises=SimulationFailure,
-    reason=(
-        "EXITED_EXECUTOR is fire-and-forget: when it is lost the master tracks the executor (and "
-        "its resources) until the agent next re-registers (then executors it does not report "
-        "are dropped, as Mesos's reconcileKnownSlave does), and nothing makes an agent "
-        "re-register after a silent drop. The agent runtime must resend EXITED_EXECUTOR until "
-        "the master acknowledges it."
-    ),
-)
 def test_dropped_exited_executor_is_forgotten() -> None:
+    """On a lossy network the master ends the run tracking no executor: EXITED_EXECUTOR is sent
+    again until acknowledged (it was fire-and-forget, and a lost one left the executor and its
+    resources at the master until the agent re-registered)."""
     scenario = lossy()
     scenario.check_executors = True
     for seed in range(1, 6):

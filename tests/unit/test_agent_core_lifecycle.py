@@ -13,6 +13,7 @@ from agora.sdk.ids import ExecutorID, FrameworkID, TaskID
 from agora.sdk.messages import (
     ExecutorToFramework,
     ExitedExecutor,
+    ExitedExecutorAck,
     KillTask,
     LaunchTask,
     Reason,
@@ -247,6 +248,45 @@ def test_executor_exit_fails_its_tasks_and_tells_the_master() -> None:
     assert h.st.executors_by_peer == {}
     # Gone: an exit reported twice changes nothing.
     assert h.exited(FID, "exec-1", 0) == []
+
+
+def test_an_executor_exit_is_sent_again_until_the_master_acknowledges_it() -> None:
+    """EXITED_EXECUTOR lost on the way would leave the executor's resources allocated at the
+    master until the agent re-registered: the agent sends it again, on the status-update retry
+    schedule, until EXITED_EXECUTOR_ACK names it. Found by the cluster simulation."""
+    h = registered(status_update_retry=2.0, status_update_retry_max=5.0)
+    info = executor_info("exec-1")
+    h.run("t1", executor=info)
+    h.start_executor("ex", "exec-1")
+    first = only(of_type(to_master(h.exited(FID, "exec-1", 1)), ExitedExecutor))
+
+    def resent(advance: float) -> list[ExitedExecutor]:
+        return of_type(to_master(h.tick(advance=advance)), ExitedExecutor)
+
+    assert resent(1.0) == []
+    assert resent(1.0) == [first]  # 2 s after
+    assert resent(3.9) == []
+    assert resent(0.1) == [first]  # 4 s after that (doubled)
+    assert resent(5.0) == [first]  # then capped at 5 s
+    h.master(ExitedExecutorAck(framework_id=FID, executor_id=ExecutorID("other")))
+    assert resent(5.0) == [first]  # an ack of another executor changes nothing
+    h.master(ExitedExecutorAck(framework_id=FID, executor_id=ExecutorID("exec-1")))
+    assert resent(60.0) == []
+
+
+def test_an_exit_is_not_sent_again_once_a_successor_with_its_id_runs() -> None:
+    """A task queued behind a terminating executor starts a fresh one with the same id: a late
+    copy of the old exit must not make the master drop the successor."""
+    h = registered(status_update_retry=2.0)
+    info = executor_info("exec-1")
+    h.run("t1", executor=info)
+    h.start_executor("ex", "exec-1")
+    h.master(ShutdownExecutor(framework_id=FID, executor_id=ExecutorID("exec-1")))
+    h.run("t2", executor=info)  # waits for the old one to exit
+    out = h.exited(FID, "exec-1", 0)
+    assert of_type(to_master(out), ExitedExecutor)
+    assert (FID, ExecutorID("exec-1")) in h.st.executors  # the successor
+    assert of_type(to_master(h.tick(advance=30.0)), ExitedExecutor) == []
 
 
 def test_builtin_executor_exit_is_reported_too() -> None:

@@ -340,3 +340,119 @@ def test_usage_from_another_agent_is_ignored() -> None:
 
 def _state(h: Harness) -> StateReply:
     return only(of_type(sent_to(h.handle("ops", GetState()), "ops"), StateReply))
+
+
+def test_every_exited_executor_is_acknowledged_even_when_already_heard() -> None:
+    """The agent sends EXITED_EXECUTOR until it is acknowledged; the first frees the executor's
+    resources and tells the framework, a copy only gets its acknowledgement."""
+    from agora.sdk.messages import (
+        Accept,
+        CommandInfo,
+        ExecutorInfo,
+        ExitedExecutor,
+        ExitedExecutorAck,
+        Launch,
+        TaskInfo,
+    )
+
+    h = Harness(_CFG)
+    agent = h.register_agent("a1", "cpus:4;mem:4096")
+    fw = h.subscribe("s1", failover_timeout=3600)
+    offer = only(offers_in(h.tick(), "s1"))
+    executor = ExecutorInfo(
+        executor_id=ExecutorID("ex"),
+        framework_id=fw,
+        command=CommandInfo(value="exec"),
+        resources=Resources.parse("cpus:1;mem:512"),
+    )
+    task = TaskInfo(
+        task_id=TaskID("t1"),
+        name="t1",
+        agent_id=agent,
+        resources=Resources.parse("cpus:1;mem:512"),
+        executor=executor,
+    )
+    h.handle(
+        "s1",
+        Accept(
+            framework_id=fw, offer_ids=(offer.offer_id,), operations=(Launch(task_infos=(task,)),)
+        ),
+    )
+    h.agent_update("a1", fw, "t1", TaskState.FINISHED)
+    exited = ExitedExecutor(framework_id=fw, executor_id=ExecutorID("ex"), status=0)
+    ack = ExitedExecutorAck(framework_id=fw, executor_id=ExecutorID("ex"))
+    out = h.handle("a1", exited)
+    assert of_type(sent_to(out, "a1"), ExitedExecutorAck) == [ack]
+    assert h.unclaimed(agent) == Resources.parse("cpus:4;mem:4096")
+    assert len(of_type(sent_to(out, "s1"), Failure)) == 1
+    again = h.handle("a1", exited)
+    assert of_type(sent_to(again, "a1"), ExitedExecutorAck) == [ack]
+    assert of_type(sent_to(again, "s1"), Failure) == []
+
+
+def test_an_executor_whose_launch_never_reached_the_agent_is_dropped_with_its_task() -> None:
+    """RUN_TASK with a new custom executor is lost; the agent answers a KILL of the task with
+    TASK_UNKNOWN. The executor never started, so no EXITED_EXECUTOR will ever come: the master
+    drops it and frees what it was charged. One still used by another live task stays. Found by
+    the cluster simulation on a lossy network."""
+    from agora.sdk.messages import (
+        Accept,
+        CommandInfo,
+        ExecutorInfo,
+        Launch,
+        StatusSource,
+        StatusUpdate,
+        StatusUpdateMessage,
+        TaskInfo,
+        TaskStatus,
+    )
+
+    h = Harness(_CFG)
+    agent = h.register_agent("a1", "cpus:4;mem:4096")
+    fw = h.subscribe("s1", failover_timeout=3600)
+    offer = only(offers_in(h.tick(), "s1"))
+
+    def executor(name: str) -> ExecutorInfo:
+        return ExecutorInfo(
+            executor_id=ExecutorID(name),
+            framework_id=fw,
+            command=CommandInfo(value="exec"),
+            resources=Resources.parse("cpus:1;mem:256"),
+        )
+
+    def task(name: str, ex: ExecutorInfo) -> TaskInfo:
+        return TaskInfo(
+            task_id=TaskID(name),
+            name=name,
+            agent_id=agent,
+            resources=Resources.parse("cpus:0.5;mem:128"),
+            executor=ex,
+        )
+
+    lone, shared = executor("lone"), executor("shared")
+    tasks = (task("t1", lone), task("t2", shared), task("t3", shared))
+    h.handle(
+        "s1",
+        Accept(
+            framework_id=fw, offer_ids=(offer.offer_id,), operations=(Launch(task_infos=tasks),)
+        ),
+    )
+    used = Resources.parse("cpus:3.5;mem:896")  # 3 tasks and 2 executors
+
+    def unknown(task_id: str) -> None:
+        status = TaskStatus(
+            task_id=TaskID(task_id),
+            state=TaskState.LOST,
+            source=StatusSource.AGENT,
+            reason=Reason.TASK_UNKNOWN,
+            uuid=task_id.encode().ljust(16, b"-"),
+        )
+        h.handle("a1", StatusUpdateMessage(update=StatusUpdate(framework_id=fw, status=status)))
+
+    assert h.unclaimed(agent) == Resources.parse("cpus:4;mem:4096") - used
+    unknown("t1")
+    unknown("t2")
+    executors = h.master.state.agents[agent].executors
+    assert set(executors) == {(fw, ExecutorID("shared"))}  # t3 still uses it
+    # t1, its executor and t2 are back.
+    assert h.unclaimed(agent) == Resources.parse("cpus:2.5;mem:3712")

@@ -103,6 +103,7 @@ SPEC_FIELDS: dict[str, tuple[str, ...]] = {
     "FRAMEWORK_TO_EXECUTOR": ("framework_id", "executor_id", "data"),
     "EXECUTOR_TO_FRAMEWORK": ("framework_id", "executor_id", "data", "agent_id"),
     "EXITED_EXECUTOR": ("framework_id", "executor_id", "status"),
+    "EXITED_EXECUTOR_ACK": ("framework_id", "executor_id"),
     "UNREGISTER_AGENT": ("agent_id",),
     "SHUTDOWN_AGENT": ("message",),
     "REGISTER_EXECUTOR": ("framework_id", "executor_id", "secret"),
