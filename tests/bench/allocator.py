@@ -12,6 +12,14 @@ One role ``*``, every framework wants everything, no filters, no quota, no gangs
   piece + ``offer_closed`` + ``allocate(now, [agent])`` (``--samples`` of them; the new
   offer is then treated as accepted, i.e. its slot closed, outside the timing).
 
+With ``--reclaim``: role ``claim`` has a quota guarantee of 5% of the cluster's cpus and one
+framework, suppressed at first; the ``--frameworks`` take revocable offers, so the full cycles
+lend that guarantee (stage 3). Then the claimant revives and the bench times, over
+``--rounds``, the allocator's part of a reclaim round: ``reclaim_claims_ms`` (finding the claim)
+and ``reclaim_plan_ms`` (planning over every allocation as a candidate task, one per
+framework per agent, 10% of them revocable). The master's part (gathering candidates from its
+tasks) is measured by ``tests/bench/reclaim.py``.
+
 Prints one JSON line.
 """
 
@@ -26,6 +34,7 @@ import sys
 import time
 
 from agora.master.allocator import Allocation, Allocator, AllocatorConfig
+from agora.master.allocator.reclaim import Candidate, ReclaimConfig
 from agora.sdk.ids import AgentID, FrameworkID
 from agora.sdk.resources import Resources
 
@@ -50,6 +59,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--samples", type=int, default=2_000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--reclaim", action="store_true", help="quota, lending and reclaim on")
     args = parser.parse_args(argv)
 
     rng = random.Random(args.seed)
@@ -58,10 +68,15 @@ def main(argv: list[str] | None = None) -> None:
     setup_start = time.perf_counter()
     frameworks = [FrameworkID(f"fw-{i:05d}") for i in range(args.frameworks)]
     for fw in frameworks:
-        allocator.add_framework(fw, ["*"], now)
+        allocator.add_framework(fw, ["*"], now, revocable=args.reclaim)
     agents = [AgentID(f"agent-{i:06d}") for i in range(args.agents)]
     for agent in agents:
         allocator.add_agent(agent, agent_resources(rng), now)
+    claimant = FrameworkID("claimant")
+    if args.reclaim:
+        cpus = sum(allocator.total(a).scalar_totals_milli()["cpus"] for a in agents) // 1000
+        allocator.set_quota("claim", Resources.parse(f"cpus:{max(1, cpus // 20)}"))
+        allocator.add_framework(claimant, ["claim"], now, suppressed_roles=["claim"])
     setup_s = time.perf_counter() - setup_start
 
     gc.collect()
@@ -114,6 +129,9 @@ def main(argv: list[str] | None = None) -> None:
             have = mine.get(item.framework_id)
             mine[item.framework_id] = item.resources if have is None else have + item.resources
     samples.sort()
+    extra: dict[str, object] = {}
+    if args.reclaim:
+        extra = reclaim_figures(allocator, frameworks, claimant, args.rounds, now, rng)
 
     print(
         json.dumps(
@@ -128,9 +146,55 @@ def main(argv: list[str] | None = None) -> None:
                 "samples": len(samples),
                 "setup_s": round(setup_s, 2),
                 "python": sys.version.split()[0],
+                **extra,
             }
         )
     )
+
+
+def reclaim_figures(
+    allocator: Allocator,
+    frameworks: list[FrameworkID],
+    claimant: FrameworkID,
+    rounds: int,
+    now: float,
+    rng: random.Random,
+) -> dict[str, object]:
+    """The allocator's part of a reclaim round once the claimant wants its guarantee."""
+    allocator.revive(claimant)
+    candidates = []
+    for fw in frameworks:
+        for (agent, role), res in allocator.allocated(fw).items():
+            if role == "claim":
+                continue
+            candidates.append(
+                Candidate(
+                    key=(fw, agent, role),
+                    kind="task",
+                    role=role,
+                    scalars=res.scalar_totals_milli(),
+                    revocable=rng.random() < 0.1,
+                    started_at=rng.uniform(0.0, now),
+                )
+            )
+    config = ReclaimConfig(min_runtime=0.0)
+    claims_ms: list[float] = []
+    plan_ms: list[float] = []
+    victims = 0
+    for _ in range(rounds):
+        start = time.perf_counter()
+        claims = allocator.claims(now)
+        claims_ms.append((time.perf_counter() - start) * 1000)
+        start = time.perf_counter()
+        victims = len(allocator.plan_reclaim(claims, candidates, now, config))
+        plan_ms.append((time.perf_counter() - start) * 1000)
+    return {
+        "reclaim_claims_ms": round(statistics.median(claims_ms), 2),
+        "reclaim_plan_ms": round(statistics.median(plan_ms), 2),
+        "reclaim_candidates": len(candidates),
+        "reclaim_victims": victims,
+        "reclaim_need": {c.role: c.need for c in allocator.claims(now)},
+    }
 
 
 if __name__ == "__main__":

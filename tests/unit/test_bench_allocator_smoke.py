@@ -28,3 +28,13 @@ def test_allocator_benchmark_prints_one_json_line() -> None:
     assert (result["agents"], result["frameworks"]) == (60, 7)
     assert result["offers_per_cycle"] == 60  # every framework wants everything: one offer per agent
     assert result["samples"] == 50
+
+
+def test_with_reclaim_it_lends_and_plans_what_the_claimant_is_owed() -> None:
+    args = ["--agents", "60", "--frameworks", "7", "--rounds", "2", "--samples", "20", "--reclaim"]
+    done = subprocess.run(
+        [sys.executable, str(BENCH), *args], capture_output=True, text=True, timeout=60, check=True
+    )
+    result = json.loads(done.stdout)
+    assert result["reclaim_need"]["claim"]["cpus"] > 0  # its guarantee was lent: nothing free
+    assert result["reclaim_victims"] > 0
