@@ -24,6 +24,7 @@ from agora.sdk.messages._record import (
 from agora.sdk.messages.agent import (
     AgentRegistered,
     AgentReregistered,
+    CheckpointResources,
     ExecutorToFramework,
     ExitedExecutor,
     ExitedExecutorAck,
@@ -189,6 +190,7 @@ __all__ = [
     "AppendEntries",
     "AppendReply",
     "CancelMaintenance",
+    "CheckpointResources",
     "CommandInfo",
     "ContainerInfo",
     "ContainerUsage",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, ClassVar
 
+import msgspec
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, TaskID
 from agora.sdk.messages._record import MaxItems, Message, ShortStr, Uuid
 from agora.sdk.messages.common import (
@@ -20,11 +21,13 @@ from agora.sdk.messages.common import (
 )
 from agora.sdk.messages.container import ContainerUsage
 from agora.sdk.messages.enums import Reason
+from agora.sdk.resources import Resources
 
 __all__ = [
     "MESSAGES",
     "AgentRegistered",
     "AgentReregistered",
+    "CheckpointResources",
     "ExecutorToFramework",
     "ExitedExecutor",
     "ExitedExecutorAck",
@@ -54,6 +57,9 @@ class RegisterAgent(Message, frozen=True, kw_only=True):
     version: ShortStr = ""
     #: What this agent understands beyond the base protocol (see ``agora.sdk.messages.batching``).
     features: Features = ()
+    #: The dynamic reservations it checkpointed (the last CHECKPOINT_RESOURCES): the master
+    #: admits it with them applied to ``agent_info.resources`` (empty from an older agent).
+    checkpointed_resources: Resources = msgspec.field(default_factory=Resources)
 
 
 class ReregisterAgent(Message, frozen=True, kw_only=True):
@@ -64,6 +70,8 @@ class ReregisterAgent(Message, frozen=True, kw_only=True):
     executors: tuple[ExecutorInfo, ...] = ()
     frameworks: tuple[FrameworkInfo, ...] = ()
     features: Features = ()
+    #: As in REGISTER_AGENT.
+    checkpointed_resources: Resources = msgspec.field(default_factory=Resources)
 
 
 class AgentRegistered(Message, frozen=True, kw_only=True):
@@ -76,6 +84,17 @@ class AgentReregistered(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "AGENT_REREGISTERED"
     agent_id: AgentID
     master_info: MasterInfo
+
+
+class CheckpointResources(Message, frozen=True, kw_only=True):
+    """Master -> agent, after every change to the agent's dynamic reservations (RESERVE,
+    UNRESERVE): all of them, reserved to their roles (not a delta). The agent checkpoints them
+    and reports them when it (re-)registers, so that they survive its restart and a master
+    failover (Mesos: CheckpointResourcesMessage). Its static reservations (``--resources``)
+    are not in it."""
+
+    NAME: ClassVar[str] = "CHECKPOINT_RESOURCES"
+    resources: Resources = msgspec.field(default_factory=Resources)
 
 
 class Ping(Message, frozen=True, kw_only=True):
@@ -230,6 +249,7 @@ MESSAGES: tuple[type[Message], ...] = (
     ReregisterAgent,
     AgentRegistered,
     AgentReregistered,
+    CheckpointResources,
     Ping,
     Pong,
     RunTask,

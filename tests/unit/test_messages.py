@@ -77,7 +77,7 @@ SPEC_FIELDS: dict[str, tuple[str, ...]] = {
     "ERROR": ("message", "code"),
     "HEARTBEAT": (),
     "GANG_EXPIRED": ("gang_id", "message"),
-    "REGISTER_AGENT": ("agent_info", "version", "features"),
+    "REGISTER_AGENT": ("agent_info", "version", "features", "checkpointed_resources"),
     "REREGISTER_AGENT": (
         "agent_id",
         "agent_info",
@@ -85,7 +85,9 @@ SPEC_FIELDS: dict[str, tuple[str, ...]] = {
         "executors",
         "frameworks",
         "features",
+        "checkpointed_resources",
     ),
+    "CHECKPOINT_RESOURCES": ("resources",),
     "AGENT_REGISTERED": ("agent_id", "master_info"),
     "AGENT_REREGISTERED": ("agent_id", "master_info"),
     "PING": ("connected",),
