@@ -54,6 +54,7 @@ from agora.agent.core import (
     limits,
     recovery,
     registration,
+    reservations,
     sandbox_gc,
     tasks,
 )
@@ -80,6 +81,7 @@ from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, TaskID
 from agora.sdk.messages import (
     AgentRegistered,
     AgentReregistered,
+    CheckpointResources,
     ExecutorToFramework,
     ExitedExecutorAck,
     FrameworkToExecutor,
@@ -115,6 +117,7 @@ _WORK: dict[type[Any], _Handler] = {
     ShutdownFramework: executors.on_shutdown_framework,
     FrameworkToExecutor: lambda st, msg, _now: executors.on_framework_message(st, msg),
     ExitedExecutorAck: exits.on_ack,
+    CheckpointResources: reservations.on_checkpoint_resources,
 }
 
 

@@ -1,6 +1,6 @@
 """What the agent checkpoints: durable records, the changes since the last checkpoint, decoding.
 
-Five kinds of record, each a msgpack map (``agora.sdk.codec.pack_record``) under a string key:
+Six kinds of record, each a msgpack map (``agora.sdk.codec.pack_record``) under a string key:
 
 =========  ======================  ==========================================================
 kind       key                     value
@@ -13,6 +13,8 @@ executor   ``fid`` + ``eid``       :class:`ExecutorRecord`: info, builtin, state
 task       ``fid`` + ``tid``       :class:`TaskRecord`: TaskInfo, executor id, role, state,
                                    launched, the GPUs it holds
 stream     ``fid`` + ``tid``       :class:`StreamRecord`: pending updates in order, seen uuids
+resources  ``"checkpointed"``      :class:`ResourcesRecord`: the dynamic reservations the
+                                   master asked the agent to keep (reservations.py)
 =========  ======================  ==========================================================
 
 Two-part keys are ``f"{len(a)}:{a}/{b}"`` (unambiguous whatever the ids hold). The agent record
@@ -26,7 +28,7 @@ a checkpoint costs O(records changed), and a record is rewritten only when it ch
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, TypeVar
 
 from agora.agent.core.state import (
@@ -51,6 +53,7 @@ from agora.sdk.messages import (
     TaskState,
     TaskStatus,
 )
+from agora.sdk.resources import Resources
 from msgspec.structs import replace
 
 __all__ = [
@@ -58,6 +61,7 @@ __all__ = [
     "EXECUTOR",
     "FRAMEWORK",
     "KINDS",
+    "RESOURCES",
     "STREAM",
     "TASK",
     "AgentRecord",
@@ -67,6 +71,7 @@ __all__ = [
     "FrameworkRecord",
     "LaunchRecord",
     "Put",
+    "ResourcesRecord",
     "StreamRecord",
     "TaskRecord",
     "collect",
@@ -78,8 +83,10 @@ __all__ = [
 
 AGENT, FRAMEWORK, EXECUTOR, TASK, STREAM = "agent", "framework", "executor", "task", "stream"
 LAUNCH = "launch"
-KINDS = frozenset({AGENT, FRAMEWORK, EXECUTOR, TASK, STREAM, LAUNCH})
+RESOURCES = "resources"
+KINDS = frozenset({AGENT, FRAMEWORK, EXECUTOR, TASK, STREAM, LAUNCH, RESOURCES})
 _AGENT_KEY = "id"
+_RESOURCES_KEY = "checkpointed"
 _MANY = 1_000_000
 
 R = TypeVar("R", bound=Record)
@@ -106,6 +113,11 @@ class AgentRecord(Record, frozen=True, kw_only=True):
     agent_id: AgentID
     #: The highest master epoch seen: after a restart, a deposed master still cannot command.
     master_epoch: Annotated[int, Range(0, 2**63 - 1)] = 0
+
+
+class ResourcesRecord(Record, frozen=True, kw_only=True):
+    #: The agent's dynamic reservations, as the master's last CHECKPOINT_RESOURCES gave them.
+    resources: Resources
 
 
 class FrameworkRecord(Record, frozen=True, kw_only=True):
@@ -249,11 +261,20 @@ def _agent(st: AgentState) -> bytes:
     return pack_record(AgentRecord(agent_id=st.agent_id, master_epoch=st.master_epoch))
 
 
+def _resources(st: AgentState) -> Put | Delete:
+    if not st.checkpointed_resources:
+        return Delete(RESOURCES, _RESOURCES_KEY)
+    value = pack_record(ResourcesRecord(resources=st.checkpointed_resources))
+    return Put(RESOURCES, _RESOURCES_KEY, value)
+
+
 def collect(st: AgentState) -> list[Put | Delete]:
     """The records changed since the last call (written or deleted), and forget the changes."""
     out: list[Put | Delete] = []
     if st.dirty_agent and st.agent_id is not None:
         out.append(Put(AGENT, _AGENT_KEY, _agent(st)))
+    if st.dirty_resources:
+        out.append(_resources(st))
     for fid in sorted(st.dirty_frameworks):
         fw = st.frameworks.get(fid)
         out.append(Delete(FRAMEWORK, fid) if fw is None else Put(FRAMEWORK, fid, _framework(fw)))
@@ -278,6 +299,7 @@ def collect(st: AgentState) -> list[Put | Delete]:
         value = _stream(st, fid, tid)
         out.append(Delete(STREAM, key) if value is None else Put(STREAM, key, value))
     st.dirty_agent = False
+    st.dirty_resources = False
     st.dirty_frameworks.clear()
     st.dirty_executors.clear()
     st.dirty_tasks.clear()
@@ -297,6 +319,9 @@ def everything(st: AgentState) -> dict[tuple[str, str], bytes]:
     out: dict[tuple[str, str], bytes] = {}
     if st.agent_id is not None:
         out[(AGENT, _AGENT_KEY)] = _agent(st)
+    resources = _resources(st)
+    if isinstance(resources, Put):
+        out[(RESOURCES, _RESOURCES_KEY)] = resources.value
     for fid, fw in st.frameworks.items():
         out[(FRAMEWORK, fid)] = _framework(fw)
     for (fid, eid), ex in st.executors.items():
@@ -323,6 +348,7 @@ class Decoded:
     tasks: list[TaskRecord]
     streams: list[StreamRecord]
     master_epoch: int = 0
+    checkpointed_resources: Resources = field(default_factory=Resources)
 
 
 def _unpack(cls: type[R], kind: str, key: str, value: bytes) -> R:
@@ -337,6 +363,7 @@ def decode(records: Mapping[tuple[str, str], bytes]) -> Decoded:
     out = Decoded(None, [], [], [], [])
     agent_id = None
     master_epoch = 0
+    checkpointed = Resources()
     launches: dict[tuple[str, str], list[LaunchRecord]] = {}
     for (kind, key), value in sorted(records.items()):
         if kind == LAUNCH:
@@ -353,6 +380,8 @@ def decode(records: Mapping[tuple[str, str], bytes]) -> Decoded:
             out.tasks.append(_unpack(TaskRecord, kind, key, value))
         elif kind == STREAM:
             out.streams.append(_unpack(StreamRecord, kind, key, value))
+        elif kind == RESOURCES:
+            checkpointed = _unpack(ResourcesRecord, kind, key, value).resources
     if agent_id is None and (out.frameworks or out.executors or out.tasks or out.streams):
         raise CheckpointError("checkpoint has records but no agent id")
     executors = []
@@ -365,7 +394,9 @@ def decode(records: Mapping[tuple[str, str], bytes]) -> Decoded:
                 successor=tuple(q for q in mine if q.successor),
             )
         )
-    return Decoded(agent_id, out.frameworks, executors, out.tasks, out.streams, master_epoch)
+    return Decoded(
+        agent_id, out.frameworks, executors, out.tasks, out.streams, master_epoch, checkpointed
+    )
 
 
 def _by_seq(launch: LaunchRecord) -> int:

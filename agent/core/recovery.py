@@ -84,6 +84,7 @@ def recover(
         ):
             fid, eid = key
             st.outbox.append(SignalExecutor(fid, eid, kill=True))  # not ours (any more)
+    st.checkpointed_resources = data.checkpointed_resources
     if data.agent_id is None:
         return
     st.agent_id = data.agent_id

@@ -1,7 +1,8 @@
 """Registration with the master: (re-)register with backoff, answer pings, notice a lost master.
 
 The agent registers (REGISTER_AGENT) until it has an id, and re-registers (REREGISTER_AGENT,
-reporting its tasks, executors and frameworks) whenever it may have been lost: the link came
+reporting its tasks, executors and frameworks; both report the dynamic reservations it
+checkpointed, see reservations.py) whenever it may have been lost: the link came
 back up, the master's pings stopped for ``master_timeout``, a ping said the master does not
 know us (``connected=False``), or a master of a newer epoch spoke. Unanswered attempts are
 retried with a doubling, capped backoff. Status updates are held while unregistered and every
@@ -68,7 +69,13 @@ def tick_registration(st: AgentState, now: float) -> None:
 
 def _attempt(st: AgentState, now: float) -> None:
     if st.agent_id is None:
-        st.to_master(RegisterAgent(agent_info=st.agent_info, features=FEATURES))
+        st.to_master(
+            RegisterAgent(
+                agent_info=st.agent_info,
+                features=FEATURES,
+                checkpointed_resources=st.checkpointed_resources,
+            )
+        )
     else:
         st.to_master(reregister_message(st))
     delay = _spread(st.registration_backoff, f"{st.config.hostname}/{st.registration_attempts}")
@@ -111,6 +118,7 @@ def reregister_message(st: AgentState) -> ReregisterAgent:
         executors=executors,
         frameworks=frameworks,
         features=FEATURES,
+        checkpointed_resources=st.checkpointed_resources,
     )
 
 

@@ -193,6 +193,10 @@ class AgentState:
     #: Durable records changed since the last checkpoint (see checkpoint.py); the update
     #: streams' own changes are tracked by ``updates``.
     dirty_agent: bool = False
+    #: The dynamic reservations the master asked us to keep (reservations.py), and whether
+    #: they changed since the last checkpoint.
+    checkpointed_resources: Resources = field(default_factory=Resources)
+    dirty_resources: bool = False
     dirty_frameworks: set[FrameworkID] = field(default_factory=set)
     dirty_executors: set[ExecutorKey] = field(default_factory=set)
     dirty_tasks: set[TaskKey] = field(default_factory=set)
