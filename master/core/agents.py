@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from agora.master.core import recovery
+from agora.master.core import recovery, reservations
 from agora.master.core.actions import Peer
 from agora.master.core.offers import rescind_offers
 from agora.master.core.state import Agent, AgentStatus, MasterState, Task, TaskKey
@@ -76,8 +76,9 @@ def on_register(st: MasterState, sender: Peer, msg: RegisterAgent, now: float) -
 
     def admitted(now: float) -> None:
         st.registering_peers.pop(sender, None)
-        _admit(st, sender, agent_id, msg.agent_info, now, {})
+        _admit(st, sender, agent_id, msg.agent_info, now, {}, msg.checkpointed_resources)
         st.send(sender, AgentRegistered(agent_id=agent_id, master_info=st.master_info))
+        reservations.sync(st, agent_id, msg.checkpointed_resources)
 
     entry = AgentEntry(agent_id=agent_id, hostname=info.hostname)
     st.propose(
@@ -95,6 +96,7 @@ def _admit(
     info: AgentInfo,
     now: float,
     used: dict[tuple[FrameworkID, str], Resources],
+    checkpointed: Resources,
 ) -> Agent:
     old = st.agents_by_peer.get(peer)
     if old is not None and old != agent_id:
@@ -111,7 +113,10 @@ def _admit(
     agent.unreachable_since = None
     agent.missed_pings = 0
     st.agents_by_peer[peer] = agent_id
-    st.allocator.add_agent(agent_id, info.resources, now, used=used)
+    total, _, problem = reservations.admitted_total(info.resources, checkpointed)
+    if problem is not None:
+        st.notice("checkpointed_resources_dropped", warning=True, agent_id=agent_id, reason=problem)
+    st.allocator.add_agent(agent_id, total, now, used=used)
     entry = st.registry.agents.get(agent_id)
     if entry is not None and entry.draining:
         st.allocator.set_agent_active(agent_id, False)  # drained by an operator: no offers
@@ -184,6 +189,7 @@ def _reconnect(
     for framework_id in sorted({at.framework_id for at in msg.tasks} & st.removed_frameworks):
         st.send(sender, ShutdownFramework(framework_id=framework_id))
     st.send(sender, AgentReregistered(agent_id=agent.agent_id, master_info=st.master_info))
+    reservations.sync(st, agent.agent_id, msg.checkpointed_resources)
     resend_kills(st, agent, msg.tasks)
     _reconcile_unreported(st, sender, agent, msg.tasks)
 
@@ -222,7 +228,9 @@ def _readmit(
     reported, executors, roles, used = _report(st, msg)
     orphans = {at.framework_id for at in msg.tasks} & st.removed_frameworks
     previously = set(existing.tasks) if existing is not None else set()
-    agent = _admit(st, sender, agent_id, msg.agent_info, now, dict(used))
+    agent = _admit(
+        st, sender, agent_id, msg.agent_info, now, dict(used), msg.checkpointed_resources
+    )
     agent.executors = {
         (ex.framework_id, ex.executor_id): (ex, roles[(ex.framework_id, ex.executor_id)])
         for ex in executors
@@ -253,6 +261,7 @@ def _readmit(
     for framework_id in sorted(orphans):
         st.send(sender, ShutdownFramework(framework_id=framework_id))
     st.send(sender, AgentReregistered(agent_id=agent_id, master_info=st.master_info))
+    reservations.sync(st, agent_id, msg.checkpointed_resources)
     resend_kills(st, agent, reported)
 
 
@@ -286,8 +295,9 @@ def _report(
 def _readmit_problem(st: MasterState, msg: ReregisterAgent) -> str | None:
     """Why the agent's report cannot be taken as it is (it claims more than it has)."""
     in_use = sum(_report(st, msg)[3].values(), Resources())
-    if not msg.agent_info.resources.contains(in_use):
-        return f"tasks and executors use {in_use}, more than the agent's {msg.agent_info.resources}"
+    total = reservations.admitted_total(msg.agent_info.resources, msg.checkpointed_resources)[0]
+    if not total.contains(in_use):
+        return f"tasks and executors use {in_use}, more than the agent's {total}"
     return None
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from agora.master.core import reservations
 from agora.master.core.offers import close_offer, with_bundles
 from agora.master.core.run_as import effective_users
 from agora.master.core.state import Framework, MasterState, OutstandingOffer, Task
@@ -144,8 +145,8 @@ class _Launch:
         roles and what stays unused goes back to the allocator with them. An invalid
         operation changes nothing and is answered with an ERROR; later ones still run.
 
-        The agent is not told: checkpointing dynamic reservations on the agent (so that they
-        survive its re-registration) arrives with the agent runtime.
+        The agent is sent its new set of dynamic reservations to checkpoint, so that they
+        survive its restart and a master failover (reservations.py).
         """
         problem, found = self._convert_problem(resources, reserve=reserve)
         if problem is not None or found is None:
@@ -158,6 +159,7 @@ class _Launch:
         offer = self.offers[offer_id]
         self.st.allocator.convert(offer.agent_id, self.fw.framework_id, offer.role, before, after)
         self.remaining[offer_id] = self.remaining[offer_id] - before + after
+        reservations.send_checkpoint(self.st, offer.agent_id)
 
     def _convert_problem(
         self, resources: Resources, *, reserve: bool
