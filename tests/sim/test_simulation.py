@@ -336,7 +336,7 @@ EXERCISED: dict[str, Callable[[dict[str, int]], bool]] = {
     "master_failover": lambda s: (
         s["leaders_activated"] >= 3 and s["client_switches"] > 20 and s["final_FINISHED"] > 200
     ),
-    "reclaim": lambda s: s["reclaim_kills"] >= 4 and s["final_FINISHED"] > 100,
+    "reclaim": lambda s: s["reclaim_kills"] >= 2 and s["final_FINISHED"] > 100,
     "chaos": lambda s: (
         s["frames_dropped"] > 0
         and s["partitions"] > 0
