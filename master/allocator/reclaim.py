@@ -1,7 +1,7 @@
 """Reclaim: taking back what a role below its guarantee is owed.
 
 A role whose quota guarantee is unmet, and that wants resources now (see
-:meth:`~agora.master.allocator.allocator.Allocator.claimants`), is a *claimant*. What it is
+:meth:`~agora.master.allocator.allocator.Allocator.claims`), is a *claimant*. What it is
 owed beyond what lies free is its *need*. :func:`plan` chooses what to take back for the
 needs, in this order:
 
