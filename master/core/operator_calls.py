@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from agora.master.allocator.amounts import is_scalar_only
-from agora.master.core import agents, frameworks, maintenance, tasks
+from agora.master.core import agents, frameworks, maintenance, operator_reservations, tasks
 from agora.master.core.actions import Peer
 from agora.master.core.state import MasterState
 from agora.master.registry import DrainAgent as DrainOp
@@ -30,8 +30,10 @@ from agora.sdk.messages import (
     OperatorDone,
     OperatorKill,
     ReactivateAgent,
+    ReserveResources,
     ScheduleMaintenance,
     TeardownFramework,
+    UnreserveResources,
     UpdateQuota,
     UpdateWeights,
 )
@@ -60,6 +62,10 @@ def on_operator_call(st: MasterState, peer: Peer, msg: Message, now: float) -> N
         _gone(call, msg.agent_id, now)
     elif isinstance(msg, TeardownFramework):
         _teardown(call, msg, now)
+    elif isinstance(msg, ReserveResources):
+        operator_reservations.on_reserve(st, call, msg, now)
+    elif isinstance(msg, UnreserveResources):
+        operator_reservations.on_unreserve(st, call, msg, now)
     else:
         call.refuse(ErrorCode.BAD_REQUEST, f"{msg.NAME} is not an operator call")
 

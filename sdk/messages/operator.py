@@ -30,11 +30,13 @@ __all__ = [
     "OperatorDone",
     "OperatorKill",
     "ReactivateAgent",
+    "ReserveResources",
     "RoleSummary",
     "RoleWeight",
     "StateReply",
     "TaskSummary",
     "TeardownFramework",
+    "UnreserveResources",
     "UpdateQuota",
     "UpdateWeights",
 ]
@@ -237,6 +239,23 @@ class TeardownFramework(Message, frozen=True, kw_only=True):
     framework_id: FrameworkID
 
 
+class ReserveResources(Message, frozen=True, kw_only=True):
+    """Reserve free unreserved resources of an agent to one role (``cpus(db):2;mem(db):1024``),
+    as a framework's RESERVE would; the agent checkpoints it (Mesos: RESERVE_RESOURCES)."""
+
+    NAME: ClassVar[str] = "RESERVE_RESOURCES"
+    agent_id: AgentID
+    resources: Resources
+
+
+class UnreserveResources(Message, frozen=True, kw_only=True):
+    """Give back resources dynamically reserved on an agent (never its static reservations)."""
+
+    NAME: ClassVar[str] = "UNRESERVE_RESOURCES"
+    agent_id: AgentID
+    resources: Resources
+
+
 class OperatorDone(Message, frozen=True, kw_only=True):
     """The master's answer to an operator call that took effect (a refusal is an ERROR)."""
 
@@ -257,6 +276,8 @@ OPERATOR_CALLS: tuple[type[Message], ...] = (
     TeardownFramework,
     ScheduleMaintenance,
     CancelMaintenance,
+    ReserveResources,
+    UnreserveResources,
 )
 
 MESSAGES: tuple[type[Message], ...] = (

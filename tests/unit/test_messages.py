@@ -147,6 +147,8 @@ SPEC_FIELDS: dict[str, tuple[str, ...]] = {
     "REACTIVATE_AGENT": ("agent_id",),
     "MARK_AGENT_GONE": ("agent_id",),
     "TEARDOWN_FRAMEWORK": ("framework_id",),
+    "RESERVE_RESOURCES": ("agent_id", "resources"),
+    "UNRESERVE_RESOURCES": ("agent_id", "resources"),
     "OPERATOR_DONE": ("call", "message"),
     "SCHEDULE_MAINTENANCE": ("agent_ids", "start", "duration"),
     "CANCEL_MAINTENANCE": ("agent_ids",),
