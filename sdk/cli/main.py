@@ -34,6 +34,8 @@ _BUILTIN: dict[str, tuple[str, str]] = {
     "quota": ("operate", "set or remove a role's quota (operator call)"),
     "drain": ("operate", "stop offering an agent's resources (operator call)"),
     "reactivate": ("operate", "offer a drained agent's resources again (operator call)"),
+    "reserve": ("reserve", "reserve free resources of an agent to a role (operator call)"),
+    "unreserve": ("reserve", "give back resources reserved to a role (operator call)"),
     "maintenance": (
         "maintenance",
         "plan maintenance windows of agents; inverse offers (operator calls)",

@@ -29,9 +29,11 @@ from agora.sdk.messages.operator import (
     OperatorDone,
     OperatorKill,
     ReactivateAgent,
+    ReserveResources,
     RoleWeight,
     StateReply,
     TeardownFramework,
+    UnreserveResources,
     UpdateQuota,
     UpdateWeights,
 )
@@ -133,6 +135,21 @@ class OperatorClient:
         self, agent_id: AgentID | str, timeout: float = DEFAULT_TIMEOUT
     ) -> OperatorDone:
         return await self.call(ReactivateAgent(agent_id=AgentID(agent_id)), timeout)
+
+    async def reserve_resources(
+        self, agent_id: AgentID | str, resources: Resources | str, timeout: float = DEFAULT_TIMEOUT
+    ) -> OperatorDone:
+        """Reserve free resources of the agent to their role (``"cpus(db):2;mem(db):1024"``)."""
+        res = Resources.parse(resources) if isinstance(resources, str) else resources
+        return await self.call(ReserveResources(agent_id=AgentID(agent_id), resources=res), timeout)
+
+    async def unreserve_resources(
+        self, agent_id: AgentID | str, resources: Resources | str, timeout: float = DEFAULT_TIMEOUT
+    ) -> OperatorDone:
+        """Give back resources dynamically reserved on the agent (``"cpus(db):1"``)."""
+        res = Resources.parse(resources) if isinstance(resources, str) else resources
+        msg = UnreserveResources(agent_id=AgentID(agent_id), resources=res)
+        return await self.call(msg, timeout)
 
     async def mark_agent_gone(
         self, agent_id: AgentID | str, timeout: float = DEFAULT_TIMEOUT
