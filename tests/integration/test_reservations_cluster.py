@@ -7,6 +7,8 @@ still offered only to ``gold``, and a framework of another role never sees it.""
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -97,3 +99,26 @@ def test_a_reservation_survives_an_agent_restart(cluster: LocalCluster) -> None:
             for resources in other.seen():
                 assert resources.roles() == {"*"}, resources
                 assert resources.scalar("cpus") <= 3.0
+
+
+def _agora(cluster: LocalCluster, *argv: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "agora.sdk.cli", *argv, "--master", cluster.endpoint]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_agora_reserve_and_unreserve(cluster: LocalCluster) -> None:
+    (agent_id,) = cluster.active_agents()
+    bad = _agora(cluster, "reserve", agent_id, "db", "cpus:64")
+    assert bad.returncode == 1 and "not free" in bad.stderr, bad
+    done = _agora(cluster, "reserve", agent_id, "db", "cpus:1;mem:256")
+    assert done.returncode == 0, done
+    db = Watcher()
+    info = FrameworkInfo(name="db", roles=("db",))
+    with BlockingSchedulerDriver(db, info, cluster.endpoint) as driver:
+        driver.start(timeout=20)
+        wanted = Resources.parse("cpus(db):1;mem(db):256")
+        wait_for(lambda: any(r.contains(wanted) for r in db.seen()), 30, "db's reservation")
+    done = _agora(cluster, "unreserve", agent_id, "db", "cpus:1;mem:256")
+    assert done.returncode == 0, done
+    again = _agora(cluster, "unreserve", agent_id, "db", "cpus:1")
+    assert again.returncode == 1 and "only dynamic" in again.stderr, again
