@@ -76,9 +76,9 @@ def on_register(st: MasterState, sender: Peer, msg: RegisterAgent, now: float) -
 
     def admitted(now: float) -> None:
         st.registering_peers.pop(sender, None)
-        _admit(st, sender, agent_id, msg.agent_info, now, {}, msg.checkpointed_resources)
+        _admit(st, sender, agent_id, msg, now, {})
         st.send(sender, AgentRegistered(agent_id=agent_id, master_info=st.master_info))
-        reservations.sync(st, agent_id, msg.checkpointed_resources)
+        reservations.sync(st, agent_id, msg.checkpointed_resources, msg.checkpointed_volumes)
 
     entry = AgentEntry(agent_id=agent_id, hostname=info.hostname)
     st.propose(
@@ -93,11 +93,11 @@ def _admit(
     st: MasterState,
     peer: Peer,
     agent_id: AgentID,
-    info: AgentInfo,
+    msg: RegisterAgent | ReregisterAgent,
     now: float,
     used: dict[tuple[FrameworkID, str], Resources],
-    checkpointed: Resources,
 ) -> Agent:
+    info = msg.agent_info
     old = st.agents_by_peer.get(peer)
     if old is not None and old != agent_id:
         del st.agents_by_peer[peer]
@@ -113,9 +113,12 @@ def _admit(
     agent.unreachable_since = None
     agent.missed_pings = 0
     st.agents_by_peer[peer] = agent_id
-    total, _, problem = reservations.admitted_total(info.resources, checkpointed)
-    if problem is not None:
+    total, volumes, problems = reservations.admitted_total(
+        info.resources, msg.checkpointed_resources, msg.checkpointed_volumes
+    )
+    for problem in problems:
         st.notice("checkpointed_resources_dropped", warning=True, agent_id=agent_id, reason=problem)
+    agent.volumes = {(v.role, v.volume_id): v for v in volumes}
     st.allocator.add_agent(agent_id, total, now, used=used)
     entry = st.registry.agents.get(agent_id)
     if entry is not None and entry.draining:
@@ -189,7 +192,7 @@ def _reconnect(
     for framework_id in sorted({at.framework_id for at in msg.tasks} & st.removed_frameworks):
         st.send(sender, ShutdownFramework(framework_id=framework_id))
     st.send(sender, AgentReregistered(agent_id=agent.agent_id, master_info=st.master_info))
-    reservations.sync(st, agent.agent_id, msg.checkpointed_resources)
+    reservations.sync(st, agent.agent_id, msg.checkpointed_resources, msg.checkpointed_volumes)
     resend_kills(st, agent, msg.tasks)
     _reconcile_unreported(st, sender, agent, msg.tasks)
 
@@ -228,9 +231,7 @@ def _readmit(
     reported, executors, roles, used = _report(st, msg)
     orphans = {at.framework_id for at in msg.tasks} & st.removed_frameworks
     previously = set(existing.tasks) if existing is not None else set()
-    agent = _admit(
-        st, sender, agent_id, msg.agent_info, now, dict(used), msg.checkpointed_resources
-    )
+    agent = _admit(st, sender, agent_id, msg, now, dict(used))
     agent.executors = {
         (ex.framework_id, ex.executor_id): (ex, roles[(ex.framework_id, ex.executor_id)])
         for ex in executors
@@ -261,7 +262,7 @@ def _readmit(
     for framework_id in sorted(orphans):
         st.send(sender, ShutdownFramework(framework_id=framework_id))
     st.send(sender, AgentReregistered(agent_id=agent_id, master_info=st.master_info))
-    reservations.sync(st, agent_id, msg.checkpointed_resources)
+    reservations.sync(st, agent_id, msg.checkpointed_resources, msg.checkpointed_volumes)
     resend_kills(st, agent, reported)
 
 
@@ -295,7 +296,9 @@ def _report(
 def _readmit_problem(st: MasterState, msg: ReregisterAgent) -> str | None:
     """Why the agent's report cannot be taken as it is (it claims more than it has)."""
     in_use = sum(_report(st, msg)[3].values(), Resources())
-    total = reservations.admitted_total(msg.agent_info.resources, msg.checkpointed_resources)[0]
+    total = reservations.admitted_total(
+        msg.agent_info.resources, msg.checkpointed_resources, msg.checkpointed_volumes
+    )[0]
     if not total.contains(in_use):
         return f"tasks and executors use {in_use}, more than the agent's {total}"
     return None

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agora.master.core import reservations
+from agora.master.core import reservations, volume_ops
 from agora.master.core.offers import close_offer, with_bundles
 from agora.master.core.run_as import effective_users
 from agora.master.core.state import Framework, MasterState, OutstandingOffer, Task
 from agora.sdk.ids import AgentID, ExecutorID, OfferID, TaskID, id_problem
 from agora.sdk.messages import (
     Accept,
+    Create,
     Decline,
+    Destroy,
     Error,
     ErrorCode,
     ExecutorInfo,
@@ -26,6 +28,7 @@ from agora.sdk.messages import (
     TaskGroupInfo,
     TaskInfo,
     TaskState,
+    Unreserve,
     Update,
 )
 from agora.sdk.resources import UNRESERVED, ResourceError, Resources
@@ -132,8 +135,47 @@ class _Launch:
             self._launch(list(op.task_group.tasks), op.executor)
         elif isinstance(op, Reserve):
             self._convert("RESERVE", op.resources, reserve=True)
-        else:
+        elif isinstance(op, Unreserve):
             self._convert("UNRESERVE", op.resources, reserve=False)
+        else:
+            self._volumes(op)
+
+    # ------------------------------------------------------------------ persistent volumes
+
+    def _volumes(self, op: Create | Destroy) -> None:
+        """CREATE or DESTROY persistent volumes (volume_ops.py); an invalid one is an ERROR."""
+        create = isinstance(op, Create)
+        problem, found = volume_ops.plan(
+            self.st, self.fw, self.offers, self.remaining, op.volumes, create=create
+        )
+        if problem is not None or found is None:
+            ids = ",".join(v.volume_id for v in op.volumes)
+            self.st.send_framework(
+                self.fw.framework_id,
+                Error(message=f"{op.TYPE} {ids}: {problem}", code=ErrorCode.BAD_REQUEST),
+            )
+            return
+        offer_id, before, after, changed = found
+        offer = self.offers[offer_id]
+        agent = self.st.agents[offer.agent_id]
+        total = self.st.allocator.total(offer.agent_id) - before + after
+        change = (self.fw.framework_id, offer.role, before, after)
+        keep = frozenset(self.offers)
+        reservations.rebuild(self.st, offer.agent_id, total, self.now, keep=keep, change=change)
+        self.remaining[offer_id] = self.remaining[offer_id] - before + after
+        for volume in changed:
+            key = (volume.role, volume.volume_id)
+            if create:
+                agent.volumes[key] = volume
+            else:
+                agent.volumes.pop(key, None)
+        reservations.send_checkpoint(self.st, offer.agent_id)
+        self.st.notice(
+            "volumes_created" if create else "volumes_destroyed",
+            agent_id=offer.agent_id,
+            framework_id=self.fw.framework_id,
+            volumes=",".join(f"{v.role}/{v.volume_id}" for v in changed),
+        )
 
     # ------------------------------------------------------------------ reservations
 

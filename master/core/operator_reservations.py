@@ -12,10 +12,9 @@ from __future__ import annotations
 from typing import Protocol
 
 from agora.master.core import reservations
-from agora.master.core.offers import rescind_offers
 from agora.master.core.state import AgentStatus, MasterState
 from agora.sdk._resources_base import valid_role
-from agora.sdk.ids import AgentID, FrameworkID
+from agora.sdk.ids import AgentID
 from agora.sdk.messages import ErrorCode, ReserveResources, UnreserveResources
 from agora.sdk.resources import UNRESERVED, Resources
 
@@ -53,17 +52,7 @@ def _convert(
         return
     flat = resources.flatten(UNRESERVED)
     before, after = (flat, resources) if reserve else (resources, flat)
-    offers = sorted(oid for oid, o in st.offers.items() if o.agent_id == agent_id)
-    rescind_offers(st, offers, now)
-    used = _used(st, agent_id)
-    total = st.allocator.total(agent_id) - before + after
-    st.allocator.remove_agent(agent_id)
-    st.allocator.add_agent(agent_id, total, now, used=used)
-    entry = st.registry.agents.get(agent_id)
-    if entry is not None and entry.draining:
-        st.allocator.set_agent_active(agent_id, False)
-    else:
-        st.dirty_agents.add(agent_id)
+    reservations.rebuild(st, agent_id, st.allocator.total(agent_id) - before + after, now)
     reservations.send_checkpoint(st, agent_id)
     st.notice(
         "resources_reserved" if reserve else "resources_unreserved",
@@ -92,7 +81,7 @@ def _problem(
         return f"invalid role name {role!r}"
     if st.config.roles and role not in st.config.roles:
         return f"role {role!r} is not one of this master's roles"
-    if any(not valid_role(r) for _, r in _used(st, agent_id)):
+    if any(not valid_role(r) for _, r in reservations.held(st, agent_id)):
         return f"agent {agent_id} holds revocable (lent) resources; try again when they end"
     free = st.allocator.available(agent_id)
     for offer in st.offers.values():
@@ -109,16 +98,3 @@ def _problem(
     if not free.contains(resources):
         return f"{resources} is in use on agent {agent_id} (free: {free})"
     return None
-
-
-def _used(st: MasterState, agent_id: AgentID) -> dict[tuple[FrameworkID, str], Resources]:
-    """What each (framework, role) holds on the agent in the allocator (offers included)."""
-    agent = st.agents[agent_id]
-    frameworks = set(st.frameworks) | {fid for fid, _ in agent.tasks}
-    frameworks |= {fid for fid, _ in agent.executors}
-    used: dict[tuple[FrameworkID, str], Resources] = {}
-    for fid in sorted(frameworks):
-        for (where, role), held in st.allocator.allocated(fid).items():
-            if where == agent_id and held:
-                used[(fid, role)] = held
-    return used

@@ -26,6 +26,7 @@ from agora.sdk.messages import (
     FrameworkInfo,
     MasterInfo,
     Message,
+    PersistentVolume,
     Reason,
     StatusSource,
     TaskInfo,
@@ -68,6 +69,8 @@ class Agent:
     executors: dict[tuple[FrameworkID, ExecutorID], tuple[ExecutorInfo, str]] = field(
         default_factory=dict
     )
+    #: Its persistent volumes by (role, volume id) (volumes.py).
+    volumes: dict[tuple[str, str], PersistentVolume] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

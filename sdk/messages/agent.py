@@ -15,6 +15,7 @@ from agora.sdk.messages.common import (
     Features,
     FrameworkInfo,
     MasterInfo,
+    PersistentVolume,
     StatusUpdate,
     TaskGroupInfo,
     TaskInfo,
@@ -60,6 +61,8 @@ class RegisterAgent(Message, frozen=True, kw_only=True):
     #: The dynamic reservations it checkpointed (the last CHECKPOINT_RESOURCES): the master
     #: admits it with them applied to ``agent_info.resources`` (empty from an older agent).
     checkpointed_resources: Resources = msgspec.field(default_factory=Resources)
+    #: The persistent volumes it keeps (the last CHECKPOINT_RESOURCES's ``volumes``).
+    checkpointed_volumes: Annotated[tuple[PersistentVolume, ...], MaxItems(4096)] = ()
 
 
 class ReregisterAgent(Message, frozen=True, kw_only=True):
@@ -72,6 +75,7 @@ class ReregisterAgent(Message, frozen=True, kw_only=True):
     features: Features = ()
     #: As in REGISTER_AGENT.
     checkpointed_resources: Resources = msgspec.field(default_factory=Resources)
+    checkpointed_volumes: Annotated[tuple[PersistentVolume, ...], MaxItems(4096)] = ()
 
 
 class AgentRegistered(Message, frozen=True, kw_only=True):
@@ -95,6 +99,9 @@ class CheckpointResources(Message, frozen=True, kw_only=True):
 
     NAME: ClassVar[str] = "CHECKPOINT_RESOURCES"
     resources: Resources = msgspec.field(default_factory=Resources)
+    #: The agent's persistent volumes (all of them; each is ``volumes(role):{id}`` in
+    #: ``resources``, its disk no longer there). The agent keeps a directory for each.
+    volumes: Annotated[tuple[PersistentVolume, ...], MaxItems(4096)] = ()
 
 
 class Ping(Message, frozen=True, kw_only=True):

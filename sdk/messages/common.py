@@ -10,6 +10,7 @@ from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, GangID, OfferID, Tas
 from agora.sdk.messages._record import (
     DAY,
     MaxItems,
+    MaxLen,
     Range,
     Record,
     Seconds,
@@ -31,6 +32,8 @@ __all__ = [
     "AgentInfo",
     "AgentTask",
     "CommandInfo",
+    "Create",
+    "Destroy",
     "ExecutorInfo",
     "Filters",
     "FrameworkInfo",
@@ -40,6 +43,7 @@ __all__ = [
     "MasterInfo",
     "Offer",
     "Operation",
+    "PersistentVolume",
     "ReconcileTask",
     "Reserve",
     "StatusUpdate",
@@ -250,7 +254,32 @@ class Unreserve(Record, frozen=True, kw_only=True):
     resources: Resources
 
 
-Operation: TypeAlias = Launch | LaunchGroup | Reserve | Unreserve
+class PersistentVolume(Record, frozen=True, kw_only=True):
+    """A persistent volume: ``disk`` MB of disk reserved to ``role`` that outlives the tasks
+    using it. In resources it shows as the set item ``volumes(role):{volume_id}``; a task that
+    holds it finds its data at ``volumes/<volume_id>`` in its sandbox. Its id is unique per agent
+    and role."""
+
+    volume_id: Annotated[str, MaxLen(64)]
+    role: ShortStr
+    disk: Annotated[float, Range(0.0, 1e12, lo_open=True)]
+
+
+class Create(Record, frozen=True, kw_only=True):
+    """Make persistent volumes out of disk reserved to the offer's role (Mesos: CREATE)."""
+
+    TYPE: ClassVar[str] = "CREATE"
+    volumes: Annotated[tuple[PersistentVolume, ...], MaxItems(64)]
+
+
+class Destroy(Record, frozen=True, kw_only=True):
+    """Delete persistent volumes (their data too) and give their disk back to the role."""
+
+    TYPE: ClassVar[str] = "DESTROY"
+    volumes: Annotated[tuple[PersistentVolume, ...], MaxItems(64)]
+
+
+Operation: TypeAlias = Launch | LaunchGroup | Reserve | Unreserve | Create | Destroy
 
 
 class StatusUpdate(Record, frozen=True, kw_only=True):

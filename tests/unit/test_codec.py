@@ -303,11 +303,11 @@ def test_bad_enum_value() -> None:
 
 
 def test_bad_operation_type() -> None:
-    body = {"framework_id": "f", "offer_ids": [], "operations": [{"type": "DESTROY"}]}
+    body = {"framework_id": "f", "offer_ids": [], "operations": [{"type": "GROW_VOLUME"}]}
     err = _reject(["ACCEPT", 1, 0, body])
     assert str(err) == (
-        "ACCEPT.operations[0]: unknown type 'DESTROY' "
-        "(expected one of LAUNCH, LAUNCH_GROUP, RESERVE, UNRESERVE)"
+        "ACCEPT.operations[0]: unknown type 'GROW_VOLUME' "
+        "(expected one of LAUNCH, LAUNCH_GROUP, RESERVE, UNRESERVE, CREATE, DESTROY)"
     )
     body["operations"] = [{"resources": {}}]
     assert str(_reject(["ACCEPT", 1, 0, body])) == (

@@ -14,7 +14,9 @@ from agora.sdk.messages import (
     TERMINAL_STATES,
     Accept,
     CommandInfo,
+    Create,
     Decline,
+    Destroy,
     ErrorCode,
     ExecutorInfo,
     Filters,
@@ -77,7 +79,13 @@ SPEC_FIELDS: dict[str, tuple[str, ...]] = {
     "ERROR": ("message", "code"),
     "HEARTBEAT": (),
     "GANG_EXPIRED": ("gang_id", "message"),
-    "REGISTER_AGENT": ("agent_info", "version", "features", "checkpointed_resources"),
+    "REGISTER_AGENT": (
+        "agent_info",
+        "version",
+        "features",
+        "checkpointed_resources",
+        "checkpointed_volumes",
+    ),
     "REREGISTER_AGENT": (
         "agent_id",
         "agent_info",
@@ -86,8 +94,9 @@ SPEC_FIELDS: dict[str, tuple[str, ...]] = {
         "frameworks",
         "features",
         "checkpointed_resources",
+        "checkpointed_volumes",
     ),
-    "CHECKPOINT_RESOURCES": ("resources",),
+    "CHECKPOINT_RESOURCES": ("resources", "volumes"),
     "AGENT_REGISTERED": ("agent_id", "master_info"),
     "AGENT_REREGISTERED": ("agent_id", "master_info"),
     "PING": ("connected",),
@@ -256,6 +265,9 @@ SPEC_RECORD_FIELDS: dict[str, tuple[str, ...]] = {
     "LaunchGroup": ("executor", "task_group"),
     "Reserve": ("resources",),
     "Unreserve": ("resources",),
+    "Create": ("volumes",),
+    "Destroy": ("volumes",),
+    "PersistentVolume": ("volume_id", "role", "disk"),
     "StatusUpdate": ("framework_id", "status", "latest_state"),
     "InverseOffer": (
         "inverse_offer_id",
@@ -436,8 +448,8 @@ def test_operation_union_has_tagged_variants() -> None:
     ops = next(f for f in schema.fields if f.name == "operations").kind
     assert isinstance(ops, TupleKind) and isinstance(ops.item, UnionKind)
     tags = [variant_tag(v.cls) for v in ops.item.variants]
-    assert tags == ["LAUNCH", "LAUNCH_GROUP", "RESERVE", "UNRESERVE"]
-    assert set(get_args(Operation)) == {Launch, LaunchGroup, Reserve, Unreserve}
+    assert tags == ["LAUNCH", "LAUNCH_GROUP", "RESERVE", "UNRESERVE", "CREATE", "DESTROY"]
+    assert set(get_args(Operation)) == {Launch, LaunchGroup, Reserve, Unreserve, Create, Destroy}
 
 
 # ---- schemas -------------------------------------------------------------------------------------
