@@ -11,9 +11,12 @@ from agora.sdk.resources import Resources
 
 __all__ = [
     "Action",
+    "CreateVolume",
+    "DestroyVolume",
     "ExecutorRefused",
     "GpusUnavailable",
     "LaunchExecutor",
+    "LinkVolumes",
     "ResizeExecutor",
     "SignalExecutor",
     "Terminate",
@@ -122,6 +125,34 @@ class ExecutorRefused:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class CreateVolume:
+    """Make the directory of the persistent volume ``volume_id`` of ``role`` (keep it if it
+    exists): ``<work-dir>/volumes/roles/<role>/<volume_id>``, never keyed by the agent id."""
+
+    role: str
+    volume_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class DestroyVolume:
+    """Delete the persistent volume's directory and all its data."""
+
+    role: str
+    volume_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class LinkVolumes:
+    """Make the persistent volumes ``resources`` hold (``volumes(role):{id}``) appear at
+    ``volumes/<id>`` in ``sandbox`` (relative to the work dir; created if missing), owned by
+    ``user`` when tasks run as another user. Comes before the launch that uses them."""
+
+    sandbox: str
+    resources: Resources
+    user: str | None = None
+
+
 Action = (
     ToMaster
     | ToExecutor
@@ -131,4 +162,7 @@ Action = (
     | ExecutorRefused
     | ResizeExecutor
     | GpusUnavailable
+    | CreateVolume
+    | DestroyVolume
+    | LinkVolumes
 )

@@ -46,6 +46,7 @@ from agora.sdk.messages import (
     ExecutorInfo,
     FrameworkInfo,
     MaxItems,
+    PersistentVolume,
     Range,
     Reason,
     Record,
@@ -118,6 +119,8 @@ class AgentRecord(Record, frozen=True, kw_only=True):
 class ResourcesRecord(Record, frozen=True, kw_only=True):
     #: The agent's dynamic reservations, as the master's last CHECKPOINT_RESOURCES gave them.
     resources: Resources
+    #: Its persistent volumes, likewise.
+    volumes: Annotated[tuple[PersistentVolume, ...], MaxItems(4096)] = ()
 
 
 class FrameworkRecord(Record, frozen=True, kw_only=True):
@@ -262,9 +265,10 @@ def _agent(st: AgentState) -> bytes:
 
 
 def _resources(st: AgentState) -> Put | Delete:
-    if not st.checkpointed_resources:
+    if not st.checkpointed_resources and not st.checkpointed_volumes:
         return Delete(RESOURCES, _RESOURCES_KEY)
-    value = pack_record(ResourcesRecord(resources=st.checkpointed_resources))
+    record = ResourcesRecord(resources=st.checkpointed_resources, volumes=st.checkpointed_volumes)
+    value = pack_record(record)
     return Put(RESOURCES, _RESOURCES_KEY, value)
 
 
@@ -349,6 +353,7 @@ class Decoded:
     streams: list[StreamRecord]
     master_epoch: int = 0
     checkpointed_resources: Resources = field(default_factory=Resources)
+    checkpointed_volumes: tuple[PersistentVolume, ...] = ()
 
 
 def _unpack(cls: type[R], kind: str, key: str, value: bytes) -> R:
@@ -363,7 +368,7 @@ def decode(records: Mapping[tuple[str, str], bytes]) -> Decoded:
     out = Decoded(None, [], [], [], [])
     agent_id = None
     master_epoch = 0
-    checkpointed = Resources()
+    checkpointed = ResourcesRecord(resources=Resources())
     launches: dict[tuple[str, str], list[LaunchRecord]] = {}
     for (kind, key), value in sorted(records.items()):
         if kind == LAUNCH:
@@ -381,7 +386,7 @@ def decode(records: Mapping[tuple[str, str], bytes]) -> Decoded:
         elif kind == STREAM:
             out.streams.append(_unpack(StreamRecord, kind, key, value))
         elif kind == RESOURCES:
-            checkpointed = _unpack(ResourcesRecord, kind, key, value).resources
+            checkpointed = _unpack(ResourcesRecord, kind, key, value)
     if agent_id is None and (out.frameworks or out.executors or out.tasks or out.streams):
         raise CheckpointError("checkpoint has records but no agent id")
     executors = []
@@ -395,7 +400,14 @@ def decode(records: Mapping[tuple[str, str], bytes]) -> Decoded:
             )
         )
     return Decoded(
-        agent_id, out.frameworks, executors, out.tasks, out.streams, master_epoch, checkpointed
+        agent_id,
+        out.frameworks,
+        executors,
+        out.tasks,
+        out.streams,
+        master_epoch,
+        checkpointed.resources,
+        checkpointed.volumes,
     )
 
 

@@ -12,7 +12,7 @@ sent SIGTERM. Either way it is SIGKILLed if still alive after the shutdown grace
 
 from __future__ import annotations
 
-from agora.agent.core import exits, gpus
+from agora.agent.core import exits, gpus, reservations
 from agora.agent.core.actions import LaunchExecutor, SignalExecutor
 from agora.agent.core.executor_auth import SECRET_ENV
 from agora.agent.core.state import (
@@ -132,6 +132,7 @@ def hand_over(st: AgentState, ex: Executor, launch: QueuedLaunch) -> None:
         task.launched = True
         st.touch(task)
     st.resize(ex)  # before the launch: the container holds the tasks before they start
+    reservations.link_volumes(st, ex, tasks)
     if launch.group:
         message: LaunchTask | LaunchTaskGroup = LaunchTaskGroup(
             framework_id=ex.framework_id, executor=ex.info, task_group=TaskGroupInfo(tasks=infos)

@@ -85,6 +85,7 @@ def recover(
             fid, eid = key
             st.outbox.append(SignalExecutor(fid, eid, kill=True))  # not ours (any more)
     st.checkpointed_resources = data.checkpointed_resources
+    st.checkpointed_volumes = data.checkpointed_volumes
     if data.agent_id is None:
         return
     st.agent_id = data.agent_id

@@ -74,6 +74,7 @@ def _attempt(st: AgentState, now: float) -> None:
                 agent_info=st.agent_info,
                 features=FEATURES,
                 checkpointed_resources=st.checkpointed_resources,
+                checkpointed_volumes=st.checkpointed_volumes,
             )
         )
     else:
@@ -119,6 +120,7 @@ def reregister_message(st: AgentState) -> ReregisterAgent:
         frameworks=frameworks,
         features=FEATURES,
         checkpointed_resources=st.checkpointed_resources,
+        checkpointed_volumes=st.checkpointed_volumes,
     )
 
 

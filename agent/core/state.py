@@ -23,6 +23,7 @@ from agora.sdk.messages import (
     FrameworkInfo,
     MasterInfo,
     Message,
+    PersistentVolume,
     Reason,
     StatusSource,
     TaskInfo,
@@ -196,6 +197,8 @@ class AgentState:
     #: The dynamic reservations the master asked us to keep (reservations.py), and whether
     #: they changed since the last checkpoint.
     checkpointed_resources: Resources = field(default_factory=Resources)
+    #: The persistent volumes the master asked us to keep, each a directory (reservations.py).
+    checkpointed_volumes: tuple[PersistentVolume, ...] = ()
     dirty_resources: bool = False
     dirty_frameworks: set[FrameworkID] = field(default_factory=set)
     dirty_executors: set[ExecutorKey] = field(default_factory=set)

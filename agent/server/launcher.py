@@ -10,11 +10,13 @@ by a fork of the zygote (a built-in executor, once the zygote runs) or by exec; 
 
 from __future__ import annotations
 
+import pwd
 from collections.abc import Callable, Mapping
 
 import structlog
 from agora.agent.containers.isolation import CONTAINER_CONFIG_ENV, ContainerConfig
-from agora.agent.core import LaunchExecutor
+from agora.agent.core import LaunchExecutor, LinkVolumes
+from agora.agent.server import volumes
 from agora.agent.server.config import DaemonSettings, option_env_names
 from agora.agent.server.containment import AgentContainment
 from agora.agent.server.executor_start import (
@@ -68,6 +70,10 @@ class ExecutorLauncher:
         #: Set at shutdown: every launch from then on fails.
         self.stopping = False
 
+    @property
+    def work_dir(self) -> str:
+        return self._work_dir
+
     def close(self) -> None:
         """Stop the zygote, if it runs (executors it forked are not touched)."""
         if self._zygote is not None:
@@ -114,6 +120,19 @@ class ExecutorLauncher:
             log.exception("executor_launch_crashed", framework_id=fid, executor_id=eid)
             return f"internal error: {exc!r}"
         return None
+
+    def link_volumes(self, action: LinkVolumes) -> None:
+        """The persistent volumes at ``volumes/<id>`` in the sandbox (volumes.py), owned by the
+        user the tasks run as. A failure is logged: the task then finds no volume there."""
+        try:
+            owner = None
+            if action.user and self._settings.switch_user:
+                entry = pwd.getpwnam(action.user)
+                owner = (entry.pw_uid, entry.pw_gid)
+            sandbox = resolve_sandbox(self._work_dir, action.sandbox)
+            volumes.link(self._work_dir, sandbox, action.resources, owner)
+        except (KeyError, OSError, ValueError, LaunchError) as exc:
+            log.error("volume_link_failed", sandbox=action.sandbox, error=str(exc))
 
     def _fork_starter(self, action: LaunchExecutor) -> ExecutorStarter | None:
         """The zygote's spawn for a built-in executor once the zygote runs. The first launch

@@ -17,15 +17,19 @@ from collections.abc import Callable, Iterable
 
 import structlog
 from agora.agent.core import (
+    CreateVolume,
+    DestroyVolume,
     ExecutorRefused,
     GpusUnavailable,
     LaunchExecutor,
+    LinkVolumes,
     ResizeExecutor,
     SignalExecutor,
     Terminate,
     ToExecutor,
     ToMaster,
 )
+from agora.agent.server import volumes
 from agora.agent.server.containment import AgentContainment
 from agora.agent.server.disk_du import DiskIsolator
 from agora.agent.server.history import AgentHistory
@@ -135,9 +139,23 @@ class ActionPerformer:
                 self._containment.resize(action.framework_id, action.executor_id, action.resources)
             elif isinstance(action, GpusUnavailable):
                 log.error("gpu_assignment_failed", task_id=action.task_id, error=action.error)
+            elif isinstance(action, CreateVolume | DestroyVolume):
+                self._volume(action)
+            elif isinstance(action, LinkVolumes):
+                self._launcher.link_volumes(action)
             elif isinstance(action, Terminate):
                 log.warning("agent_terminated_by_master", reason=action.reason)
                 self._terminate(action.reason)
             else:
                 log.error("unknown_action", action=repr(action))
         return failed
+
+    def _volume(self, action: CreateVolume | DestroyVolume) -> None:
+        """A persistent volume's directory (volumes.py); a failure is logged, the agent goes on."""
+        try:
+            if isinstance(action, CreateVolume):
+                volumes.create(self._launcher.work_dir, action.role, action.volume_id)
+            else:
+                volumes.destroy(self._launcher.work_dir, action.role, action.volume_id)
+        except (OSError, ValueError) as exc:
+            log.error("volume_failed", role=action.role, volume_id=action.volume_id, error=str(exc))

@@ -6,10 +6,24 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agora.agent.core import Agent, Delete, Put
+from agora.agent.core import (
+    Agent,
+    CreateVolume,
+    Delete,
+    DestroyVolume,
+    LinkVolumes,
+    Put,
+    ToExecutor,
+)
 from agora.agent.core.checkpoint import RESOURCES
 from agora.agent.server.journal import Journal
-from agora.sdk.messages import CheckpointResources, RegisterAgent, ReregisterAgent
+from agora.sdk.messages import (
+    CheckpointResources,
+    LaunchTask,
+    PersistentVolume,
+    RegisterAgent,
+    ReregisterAgent,
+)
 from agora.sdk.resources import Resources
 from support.agent_kit import AgentHarness, of_type, only, to_master
 
@@ -95,3 +109,55 @@ def _durable_with_reservations() -> dict[tuple[str, str], bytes]:
     h.register()
     h.master(CheckpointResources(resources=RESERVED))
     return h.agent.durable_records()
+
+
+DATA = PersistentVolume(volume_id="data1", role="gold", disk=100)
+
+
+def test_a_new_volume_gets_a_directory_and_a_dropped_one_is_deleted() -> None:
+    h = AgentHarness()
+    h.register()
+    h.agent.checkpoint()
+    actions = h.master(CheckpointResources(resources=Resources(), volumes=(DATA,)))
+    assert of_type(actions, CreateVolume) == [CreateVolume("gold", "data1")]
+    assert [r.kind for r in h.agent.checkpoint()] == [RESOURCES]
+    actions = h.master(CheckpointResources(resources=Resources(), volumes=(DATA,)))
+    assert of_type(actions, CreateVolume) == [], "the same set again: nothing to do"
+    actions = h.master(CheckpointResources(resources=Resources()))
+    assert of_type(actions, DestroyVolume) == [DestroyVolume("gold", "data1")]
+
+
+def test_volumes_survive_a_restart_and_are_reported(tmp_path: Path) -> None:
+    journal = Journal(str(tmp_path / "journal"))
+    journal.load()
+    h = AgentHarness()
+    h.register()
+    h.master(CheckpointResources(resources=RESERVED, volumes=(DATA,)))
+    _commit(h.agent, journal)
+    journal.close()
+    journal = Journal(str(tmp_path / "journal"))
+    saved = journal.load()
+    journal.close()
+    fresh = AgentHarness()
+    actions = fresh.agent.recover(saved, fresh.now, alive=frozenset(), cleanup=False)
+    assert of_type(actions, CreateVolume) == [], "the directory is on disk already"
+    message = only(of_type(to_master(fresh.connected()), ReregisterAgent))
+    assert message.checkpointed_volumes == (DATA,)
+    assert message.checkpointed_resources == RESERVED
+
+
+def test_a_task_holding_a_volume_gets_it_linked_into_its_sandbox_before_launch() -> None:
+    h = AgentHarness()
+    h.register()
+    h.run("t1", role="gold", resources="cpus:1;volumes(gold):{data1}")
+    actions = h.start_executor("e")
+    link = only(of_type(actions, LinkVolumes))
+    assert link.sandbox.endswith("/tasks/t1") and link.sandbox.startswith("frameworks/")
+    assert link.resources == Resources.parse("volumes(gold):{data1}")
+    assert link.user == "alice"
+    launch = next(
+        i
+        for i, a in enumerate(actions)
+        if isinstance(a, ToExecutor) and isinstance(a.message, LaunchTask)
+    )
+    assert actions.index(link) < launch, "linked before the launch"
