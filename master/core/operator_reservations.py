@@ -81,8 +81,6 @@ def _problem(
         return f"invalid role name {role!r}"
     if st.config.roles and role not in st.config.roles:
         return f"role {role!r} is not one of this master's roles"
-    if any(not valid_role(r) for _, r in reservations.held(st, agent_id)):
-        return f"agent {agent_id} holds revocable (lent) resources; try again when they end"
     free = st.allocator.available(agent_id)
     for offer in st.offers.values():
         if offer.agent_id == agent_id and not offer.revocable:
