@@ -167,7 +167,12 @@ async def _run_driver(
     """Run drivers until asked to stop; a new subscription when the master forgot us."""
     while not stop.is_set():
         known = store.get_meta("framework_id")
-        capabilities = [FrameworkCapability.PARTITION_AWARE, FrameworkCapability.GANG]
+        # Revocable offers too: a task the master takes back is requeued without a retry.
+        capabilities = [
+            FrameworkCapability.PARTITION_AWARE,
+            FrameworkCapability.GANG,
+            FrameworkCapability.REVOCABLE_RESOURCES,
+        ]
         if len(settings.roles) > 1:
             capabilities.append(FrameworkCapability.MULTI_ROLE)
         info = FrameworkInfo(

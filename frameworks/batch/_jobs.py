@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 from agora.frameworks.batch.actions import Action
 from agora.frameworks.batch.records import JobRecord, JobState, TaskRecord, TaskState
 from agora.frameworks.batch.spec import DepKind
+from agora.sdk.messages import Reason, TaskStatus
 from agora.sdk.messages import TaskState as AgoraState
-from agora.sdk.messages import TaskStatus
 
 if TYPE_CHECKING:
     from agora.frameworks.batch.core import BatchCore
@@ -38,8 +38,13 @@ _LOSSES = frozenset(
     }
 )
 
-# What ended an attempt, worst last: the verdict of a gang attempt is its worst rank's.
-_ORDER = ("completed", "loss", "failure", "timeout", "cancel")
+# Stopped by the master to give another role its guarantee back: no fault of the task's.
+_PREEMPTED = frozenset({AgoraState.KILLED})
+_PREEMPTING = frozenset({Reason.TASK_PREEMPTED, Reason.RESOURCES_REVOKED})
+
+# What ended an attempt, worst last: the verdict of a gang attempt is its worst rank's (a
+# preempted rank outranks the losses of the ranks stopped because of it).
+_ORDER = ("completed", "loss", "preempted", "failure", "timeout", "cancel")
 
 
 def add_dependent(core: BatchCore, on: int, dependent: int) -> None:
@@ -60,6 +65,8 @@ def _outcome(task: TaskRecord, job: JobRecord, status: TaskStatus) -> str:
         return "timeout"
     if task.kill_reason == "cancel" or job.cancelled:
         return "cancel"
+    if status.state in _PREEMPTED and status.reason in _PREEMPTING:
+        return "preempted"
     if task.kill_reason in ("gang", "launch"):
         # Stopped because another rank ended (the culprit decides the verdict), or never
         # started in time (its launch was lost): not the task's fault.
@@ -111,6 +118,8 @@ def _single_ended(
         core._finish(task, TaskState.TIMEOUT, now, f"time limit of {job.spec.time_limit:g} s")
     elif outcome == "cancel":
         core._finish(task, TaskState.CANCELLED, now, "cancelled")
+    elif outcome == "preempted":
+        _requeue(core, task, now, 0.0, f"requeued: {_preempted(why)}")
     elif outcome == "loss":
         task.losses += 1
         if task.losses > core.config.max_losses:
@@ -156,7 +165,10 @@ def _gang_rank_ended(
     final = {"timeout": TaskState.TIMEOUT, "cancel": TaskState.CANCELLED}.get(verdict)
     if final is None:
         lead = ranks[0]
-        if verdict == "loss":
+        if verdict == "preempted":
+            again, delay = True, 0.0  # neither a retry nor a loss
+            reason = f"task {culprit.index}: {_preempted(culprit.reason)}"
+        elif verdict == "loss":
             lead.losses += 1
             again = lead.losses <= core.config.max_losses
             delay = 0.0
@@ -175,6 +187,10 @@ def _gang_rank_ended(
         rank.reason = reason
         core._mark(rank)
     return actions
+
+
+def _preempted(why: str) -> str:
+    return f"PREEMPTED by the cluster ({why})"
 
 
 def _how_ended(rank: TaskRecord) -> str:

@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from agora.frameworks.batch.actions import (
     Action,
@@ -25,7 +26,7 @@ from agora.frameworks.batch.placement import GANG_HOLD_SECONDS
 from agora.frameworks.batch.records import JobRecord, JobState, TaskRecord, TaskState
 from agora.frameworks.batch.spec import ArraySpec, Dependency, DepKind, JobSpec
 from agora.sdk.ids import AgentID, FrameworkID, GangID, OfferID, TaskID
-from agora.sdk.messages import Offer, StatusSource, TaskInfo, TaskStatus
+from agora.sdk.messages import Offer, Reason, StatusSource, TaskInfo, TaskStatus
 from agora.sdk.messages import TaskState as S
 from agora.sdk.resources import Resources
 
@@ -528,6 +529,57 @@ def test_a_cancelled_job_stored_with_pending_tasks_ends_when_loaded() -> None:
     assert core.ended.get(1) is JobState.CANCELLED
     assert {t.state for t in core.tasks[2]} == {TaskState.PENDING}
     assert 2 not in core.waiting  # its dependency has ended: job 2 may run
+
+
+def preempt(h: Harness, job_id: int, index: int, reason: Reason, now: float) -> list[Action]:
+    """The master killed the task to give another role its guarantee back."""
+    task = h.task(job_id, index)
+    preempted = msgspec.structs.replace(
+        status(task.task_id, S.KILLED, None, task.agent_id), reason=reason
+    )
+    return h.core.status(preempted, now)
+
+
+@pytest.mark.parametrize("reason", [Reason.TASK_PREEMPTED, Reason.RESOURCES_REVOKED])
+def test_a_task_the_master_preempts_is_requeued_without_a_retry(reason: Reason) -> None:
+    h = Harness()
+    h.submit(1, spec(retries=0))  # no retry to spend: only a preemption may run it again
+    h.give()
+    h.run(1, 0, T0)
+    preempt(h, 1, 0, reason, T0 + 1)
+    task = h.task(1, 0)
+    assert task.state is TaskState.PENDING and (task.failures, task.losses) == (0, 0)
+    assert "PREEMPTED" in task.reason and reason.value in task.reason
+    (again,) = launched(h.give(T0 + 2))
+    assert env(again)["AGORA_ATTEMPT"] == "2"
+    h.update(1, 0, S.FINISHED, T0 + 3, code=0)
+    assert h.jobs[1].state is JobState.COMPLETED
+
+
+def test_a_plain_kill_is_still_a_failure() -> None:
+    h = Harness()
+    h.submit(1, spec(retries=0))
+    h.give()
+    h.run(1, 0, T0)
+    h.update(1, 0, S.KILLED, T0 + 1)
+    assert h.jobs[1].state is JobState.FAILED
+
+
+def test_a_preempted_gang_rank_requeues_the_whole_gang_without_a_retry() -> None:
+    h = Harness()
+    h.submit(1, spec(ntasks=2, retries=0))
+    (req,) = gang_requests(h.core.registered(T0))
+    h.core.offers(gang_bundle(h, req.request.gang_id), T0)
+    h.run(1, 0, T0)
+    h.run(1, 1, T0)
+    actions = preempt(h, 1, 0, Reason.RESOURCES_REVOKED, T0 + 1)
+    assert kills(actions) == {h.task(1, 1).task_id}  # the rest of the gang stops
+    requeued = h.update(1, 1, S.KILLED, T0 + 2)
+    ranks = [h.task(1, i) for i in range(2)]
+    assert {r.state for r in ranks} == {TaskState.PENDING}
+    assert {(r.failures, r.losses) for r in ranks} == {(0, 0)}
+    assert all("PREEMPTED" in r.reason for r in ranks)
+    assert gang_requests(requeued)  # asked for again at once
 
 
 # ---------------------------------------------------------------------- restart
