@@ -76,6 +76,9 @@ def build_core(settings: ServiceSettings, store: JobStore) -> BatchCore:
         max_losses=settings.max_losses,
         unreachable_timeout=settings.unreachable_timeout,
         half_life=settings.half_life,
+        preempt=settings.preempt,
+        preempt_after=settings.preempt_after,
+        preempt_min_runtime=settings.preempt_min_runtime,
     )
     core = BatchCore(config, fairshare)
     jobs, tasks = store.load_active()

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from agora.frameworks.batch.actions import Action
+from agora.frameworks.batch.preempt import by_whom
 from agora.frameworks.batch.records import JobRecord, JobState, TaskRecord, TaskState
 from agora.frameworks.batch.spec import DepKind
 from agora.sdk.messages import Reason, TaskStatus
@@ -66,7 +67,9 @@ def _outcome(task: TaskRecord, job: JobRecord, status: TaskStatus) -> str:
     if task.kill_reason == "cancel" or job.cancelled:
         return "cancel"
     if status.state in _PREEMPTED and status.reason in _PREEMPTING:
-        return "preempted"
+        return "preempted"  # by the master, for another queue's guarantee
+    if by_whom(task.kill_reason) is not None:
+        return "preempted"  # by a job of higher priority in the queue
     if task.kill_reason in ("gang", "launch"):
         # Stopped because another rank ended (the culprit decides the verdict), or never
         # started in time (its launch was lost): not the task's fault.
@@ -100,6 +103,12 @@ def attempt_ended(
     why = status.message or status.state.value
     if status.reason is not None:
         why = f"{status.reason.value}: {why}"
+    if outcome == "preempted":
+        preemptor = by_whom(task.kill_reason)
+        if preemptor is None:
+            why = f"PREEMPTED by the cluster ({why})"
+        else:
+            why = f"PREEMPTED by job {preemptor[0]} (priority {preemptor[1]})"
     actions: list[Action] = []
     if spec.is_gang:
         actions += _gang_rank_ended(core, job, task, outcome, why, now)
@@ -119,7 +128,10 @@ def _single_ended(
     elif outcome == "cancel":
         core._finish(task, TaskState.CANCELLED, now, "cancelled")
     elif outcome == "preempted":
-        _requeue(core, task, now, 0.0, f"requeued: {_preempted(why)}")
+        if _cancels(core, job, task):
+            core._finish(task, TaskState.CANCELLED, now, why)
+        else:
+            _requeue(core, task, now, 0.0, f"requeued: {why}")
     elif outcome == "loss":
         task.losses += 1
         if task.losses > core.config.max_losses:
@@ -144,7 +156,7 @@ def _gang_rank_ended(
     if outcome == "completed":
         core._finish(task, TaskState.COMPLETED, now, "")
     else:
-        if task.kill_reason != "gang":
+        if task.kill_reason != "gang" and by_whom(task.kill_reason) is None:
             task.kill_reason = outcome  # kept with the record: how this rank ended the attempt
         core._finish(task, TaskState.FAILED, now, why)
         for sibling in core.tasks[job.job_id]:
@@ -163,11 +175,12 @@ def _gang_rank_ended(
     if job.cancelled:  # cancelled while its ranks were stopping: never run again
         verdict, reason = "cancel", "cancelled"
     final = {"timeout": TaskState.TIMEOUT, "cancel": TaskState.CANCELLED}.get(verdict)
+    if verdict == "preempted" and _cancels(core, job, culprit):
+        final = TaskState.CANCELLED
     if final is None:
         lead = ranks[0]
         if verdict == "preempted":
             again, delay = True, 0.0  # neither a retry nor a loss
-            reason = f"task {culprit.index}: {_preempted(culprit.reason)}"
         elif verdict == "loss":
             lead.losses += 1
             again = lead.losses <= core.config.max_losses
@@ -189,13 +202,19 @@ def _gang_rank_ended(
     return actions
 
 
-def _preempted(why: str) -> str:
-    return f"PREEMPTED by the cluster ({why})"
+def _cancels(core: BatchCore, job: JobRecord, task: TaskRecord) -> bool:
+    """A task preempted by a job of its queue whose mode is ``cancel`` ends CANCELLED (one the
+    master preempted is always requeued)."""
+    return by_whom(task.kill_reason) is not None and core.config.preempt.get(job.spec.role) == (
+        "cancel"
+    )
 
 
 def _how_ended(rank: TaskRecord) -> str:
     """A rank's part in its gang attempt's end: its own outcome, or "loss" for a rank stopped
     because another one ended."""
+    if by_whom(rank.kill_reason) is not None:
+        return "preempted"
     return rank.kill_reason if rank.kill_reason in _ORDER else "loss"
 
 
@@ -254,6 +273,8 @@ def settle(core: BatchCore, job: JobRecord, now: float) -> list[Action]:
     core.unfinished.pop(job.job_id, None)
     core.gangs.pop(job.job_id, None)
     core.gang_asked.pop(job.job_id, None)
+    core.ready_since.pop(job.job_id, None)
+    core.preempted_for.pop(job.job_id, None)
     core.waiting.discard(job.job_id)
     core.ended[job.job_id] = job.state
     actions: list[Action] = []

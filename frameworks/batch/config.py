@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agora.frameworks.batch.preempt import MODES
 from agora.sdk.daemon.http_auth import HttpCredentials, load_http_credentials
 from agora.sdk.daemon.settings import (
     Option,
@@ -58,6 +59,17 @@ def _shares(text: str) -> dict[str, float]:
     return shares
 
 
+def _preempt(text: str) -> dict[str, str]:
+    """``QUEUE=MODE,…`` (modes: requeue, cancel, off) -> {role: mode}."""
+    modes: dict[str, str] = {}
+    for item in (p.strip() for p in text.split(",") if p.strip()):
+        queue, sep, mode = (part.strip() for part in item.partition("="))
+        if not queue or not sep or mode not in MODES:
+            raise ValueError(f"expected QUEUE=requeue|cancel|off, got {item!r}")
+        modes["*" if queue == "default" else queue] = mode
+    return modes
+
+
 def _count(text: str) -> int:
     value = int(text)
     if value < 0:
@@ -94,6 +106,12 @@ OPTIONS: Sequence[Option] = (
     Option("max_losses", _count, 5, "requeues of a task lost by the cluster before it fails"),
     Option("unreachable_timeout", parse_positive_duration, 300.0,
            "how long a task on an unreachable agent keeps its place before it is requeued"),
+    Option("preempt", _preempt, {}, "priority preemption per queue, QUEUE=requeue|cancel|off,… "
+           "(as Slurm's PreemptMode; unnamed queues: off)"),
+    Option("preempt_after", parse_positive_duration, 10.0,
+           "how long a higher-priority job waits with nothing running before it preempts"),
+    Option("preempt_min_runtime", parse_positive_duration, 30.0,
+           "a task that started less than this long ago is never preempted"),
     Option("curve_secret_key", _optional_path, None, "this service's CURVE secret key file"),
     Option("curve_server_key", _optional_path, None, "the master's CURVE public key file"),
     Option("log_format", parse_choice(LOG_FORMATS), "console", "log format"),
@@ -117,6 +135,9 @@ class ServiceSettings:
     retry_backoff_max: float
     max_losses: int
     unreachable_timeout: float
+    preempt: Mapping[str, str]
+    preempt_after: float
+    preempt_min_runtime: float
     curve_secret_key: str | None
     curve_server_key: str | None
     http_credentials: HttpCredentials | None
@@ -167,6 +188,9 @@ def load_settings(
         retry_backoff_max=values["retry_backoff_max"],
         max_losses=values["max_losses"],
         unreachable_timeout=values["unreachable_timeout"],
+        preempt=dict(values["preempt"]),
+        preempt_after=values["preempt_after"],
+        preempt_min_runtime=values["preempt_min_runtime"],
         curve_secret_key=values["curve_secret_key"],
         curve_server_key=values["curve_server_key"],
         http_credentials=credentials,

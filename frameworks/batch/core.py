@@ -21,10 +21,10 @@ unreachable keeps its slot (it may still run) until ``unreachable_timeout`` has 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
-from agora.frameworks.batch import _jobs
+from agora.frameworks.batch import _jobs, preempt
 from agora.frameworks.batch.actions import (
     Action,
     Decline,
@@ -71,6 +71,12 @@ class CoreConfig:
     #: Work waits and no offer came for this long: REVIVE again (a REVIVE lost on its way
     #: would leave the framework suppressed at the master for ever).
     revive_interval: float = 60.0
+    #: Priority preemption per queue (role): "requeue", "cancel" or "off" (absent: off); see
+    #: preempt.py. A job waits ``preempt_after`` s before it preempts, and a task that started
+    #: less than ``preempt_min_runtime`` s ago is never preempted.
+    preempt: Mapping[str, str] = field(default_factory=dict)
+    preempt_after: float = 10.0
+    preempt_min_runtime: float = 30.0
 
 
 _INFRA_LOSS = frozenset(
@@ -98,6 +104,8 @@ class BatchCore:
         self.launched: dict[str, float] = {}  # STARTING attempt -> when launched (or loaded)
         self.unreachable: dict[str, float] = {}  # task id -> since when
         self.dependents: dict[int, set[int]] = {}  # job -> jobs that wait for it
+        self.ready_since: dict[int, float] = {}  # job with tasks ready, none running -> since
+        self.preempted_for: dict[int, list[TaskRecord]] = {}  # waiting job -> its victims
         self._dirty_jobs: dict[int, JobRecord] = {}
         self._dirty_tasks: dict[tuple[int, int], TaskRecord] = {}
         self._suppressed = False
@@ -415,6 +423,8 @@ class BatchCore:
                 actions += _jobs.attempt_ended(self, gone, lost, now)
         if self.active and now - self._last_reconcile >= self.config.reconcile_interval:
             actions.append(self.reconcile(now))
+        if self.config.preempt:
+            actions += preempt.preempt(self, now)
         actions += self._request_gangs(now)
         actions += self._want_offers()
         actions += self._revive_again(now)

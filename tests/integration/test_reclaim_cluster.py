@@ -61,3 +61,42 @@ def test_an_idle_queues_guarantee_is_borrowed_then_taken_back(tmp_path: Path) ->
                 assert service.wait_ended(job)["state"] == "CANCELLED"
         finally:
             service.stop()
+
+
+def test_a_higher_priority_job_preempts_a_lower_one_in_its_queue(tmp_path: Path) -> None:
+    """Slurm's PreemptMode=REQUEUE in one queue: the low-priority job fills the agent, the
+    high-priority one waits a second, then two low tasks are stopped and requeued (no retry
+    spent) and the high job runs."""
+    with LocalCluster(
+        tmp_path / "cluster",
+        agents=1,
+        agent_resources="cpus:2;mem:2048",
+        master_args=("--allocation-interval", "0.2"),
+        agent_args=AGENT_ARGS,
+    ) as cluster:
+        args = (
+            "--preempt",
+            "default=requeue",
+            "--preempt-after",
+            "1",
+            "--preempt-min-runtime",
+            "0.1",
+        )
+        service = BatchService(cluster.endpoint, tmp_path / "prio", args=args)
+        service.work_dir.mkdir()
+        service.start()
+        try:
+            task = ("--cpus", "1", "--mem", "64", "--retries", "0", "--", "sleep", "300")
+            low = service.submit("--array", "0-1", "--priority", "0", *task)
+            wait_for(lambda: service.job(low)["tasks"]["RUNNING"] == 2, 30, "low fills it")
+            high = service.submit("--array", "0-1", "--priority", "9", *task)
+            wait_for(lambda: service.job(high)["tasks"]["RUNNING"] == 2, 30, "high preempts")
+            records = service.tasks(low)
+            assert {r["state"] for r in records} == {"PENDING"}
+            for record in records:
+                assert record["reason"] == f"requeued: PREEMPTED by job {high} (priority 9)"
+                assert record["failures"] == 0
+            for job in (low, high):
+                assert service.cli("cancel", str(job)).returncode == 0
+        finally:
+            service.stop()
