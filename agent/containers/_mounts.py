@@ -300,7 +300,6 @@ def enter_rootfs(
     inside = resolve_in_root(merged, "/mnt/sandbox")
     _make_mount_point(inside, sandbox, None, None)
     bind(sandbox, inside, read_only=False, recursive=False)
-    mount_volumes(merged, volumes, uid, gid)
     proc = resolve_in_root(merged, "/proc")
     _make_mount_point(proc, "/", None, None)
     if fresh_pid_ns:
@@ -311,6 +310,8 @@ def enter_rootfs(
     tmp = resolve_in_root(merged, "/tmp")
     _make_mount_point(tmp, "/", None, None)
     mount("tmpfs", tmp, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+    # After the fresh /tmp: a volume there (an agent's work dir under /tmp) is not hidden.
+    mount_volumes(merged, volumes, uid, gid)
     if agent_dir is not None:
         # On the fresh /tmp: a mount point there can be made even in a read-only image. The
         # directory, not the socket file: a restarted agent's new socket shows through.

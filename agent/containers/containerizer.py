@@ -218,6 +218,25 @@ class _Prepared:
             Container(self.name, 0, self.cgroup, self.sandbox).destroy()
 
 
+def persistent_volume_binds(sandbox: str) -> tuple[Bind, ...]:
+    """The agent links a task's persistent volumes at ``volumes/<id>`` in its sandbox, to
+    directories under its work dir. Inside an image's root filesystem those directories do not
+    exist: each is bound at its own path there, so the links still lead to it."""
+    where = os.path.join(sandbox, "volumes")
+    try:
+        names = sorted(os.listdir(where))
+    except OSError:
+        return ()
+    binds = []
+    for name in names:
+        link = os.path.join(where, name)
+        if os.path.islink(link):
+            target = os.path.realpath(link)
+            if os.path.isdir(target):
+                binds.append(Bind(target, target, False))
+    return tuple(binds)
+
+
 class Containerizer:
     """Builds containers per the config; ``cgroups`` is the detected hierarchy (None: no cgroup
     isolators usable), ``images`` the image store (None: no images)."""
@@ -342,6 +361,8 @@ class Containerizer:
                 rootfs = record.rootfs
                 namespaces.add("mount")
             volumes = tuple(Bind(v.host_path, v.container_path, v.read_only) for v in info.volumes)
+            if rootfs is not None:
+                volumes += persistent_volume_binds(request["sandbox"])
             if volumes:
                 namespaces.add("mount")
         if info is not None and info.hostname:

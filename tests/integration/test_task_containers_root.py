@@ -173,6 +173,32 @@ def test_a_task_with_an_image_sees_the_image_not_the_host(
     run(with_executor(tmp_path, config, body))
 
 
+def test_a_task_with_an_image_reaches_its_persistent_volume_through_its_sandbox(
+    tmp_path: Path, config: ContainerConfig
+) -> None:
+    """The agent links a persistent volume at volumes/<id> in the task's sandbox, to a
+    directory of its own: inside the image that directory is bound at its own path, so the link
+    leads there and what the task writes is on the host."""
+    assert config.image_store is not None
+    ImageStore(config.image_store).import_image("bb", str(busybox_rootfs(tmp_path / "rootfs")))
+    volume = tmp_path / "work" / "volumes" / "roles" / "gold" / "v1"
+    volume.mkdir(parents=True)
+    (volume / "old").write_text("kept\n")
+
+    async def body(agent: FakeAgent, executor: ExecutorProcess) -> None:
+        links = executor.task_dir("boxed") / "volumes"
+        links.mkdir(parents=True)
+        (links / "v1").symlink_to(volume)
+        script = "cat volumes/v1/old; echo new > volumes/v1/new"
+        await agent.send_launch(task("boxed", script, container=ContainerInfo(image="bb")))
+        status = await agent.wait_terminal("boxed")
+        assert status.state is TaskState.FINISHED, status.message
+        assert (executor.task_dir("boxed") / "stdout").read_text() == "kept\n"
+        assert (volume / "new").read_text() == "new\n"
+
+    run(with_executor(tmp_path, config, body))
+
+
 def test_an_unknown_image_fails_the_launch_clearly(tmp_path: Path, config: ContainerConfig) -> None:
     async def body(agent: FakeAgent, _: ExecutorProcess) -> None:
         await agent.send_launch(task("lost", "true", container=ContainerInfo(image="nope")))
