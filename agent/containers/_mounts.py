@@ -202,13 +202,20 @@ def make_private() -> None:
     mount(None, "/", None, MS_REC | MS_PRIVATE)
 
 
-def private_tmp(sandbox: str, uid: int | None, gid: int | None, keep: tuple[str, ...] = ()) -> None:
+def private_tmp(
+    sandbox: str,
+    uid: int | None,
+    gid: int | None,
+    keep: tuple[str, ...] = (),
+    writable: tuple[str, ...] = (),
+) -> None:
     """Without a root filesystem: ``<sandbox>/tmp`` is the container's /tmp.
 
     What lies under the host's /tmp and must stay reachable at its own path is bind-mounted
-    back onto that path inside the new /tmp: the sandbox itself (read-write) and ``keep``
-    (read-only: the agent's own runtime, so that SDK executors run). The directories that takes
-    are created in ``<sandbox>/tmp``, empty on the host."""
+    back onto that path inside the new /tmp: the sandbox itself and ``writable`` (read-write:
+    the task's persistent volumes) and ``keep`` (read-only: the agent's own runtime, so that
+    SDK executors run). The directories that takes are created in ``<sandbox>/tmp``, empty on
+    the host."""
     tmp = os.path.join(sandbox, "tmp")
     if not os.path.isdir(tmp):
         os.mkdir(tmp, 0o1777)
@@ -216,7 +223,7 @@ def private_tmp(sandbox: str, uid: int | None, gid: int | None, keep: tuple[str,
         if uid is not None:
             os.chown(tmp, uid, -1 if gid is None else gid)
     # Read-only views first, the sandbox last: on top, should it lie inside one of them.
-    wanted = [(path, True) for path in keep] + [(sandbox, False)]
+    wanted = [(path, True) for path in keep] + [(p, False) for p in writable] + [(sandbox, False)]
     under = [(p, ro) for p, ro in wanted if _under_tmp(p) and os.path.exists(p)]
     held = [(os.open(p, os.O_PATH | os.O_CLOEXEC), p, ro) for p, ro in under]
     try:

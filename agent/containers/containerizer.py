@@ -348,6 +348,7 @@ class Containerizer:
         namespaces = set(self.config.namespaces)
         rootfs = None
         volumes: tuple[Bind, ...] = ()
+        keep_writable: tuple[str, ...] = ()
         hostname = request.get("hostname")
         join_network = request.get("join_network")
         if info is not None:
@@ -365,6 +366,8 @@ class Containerizer:
                 volumes += persistent_volume_binds(request["sandbox"])
             if volumes:
                 namespaces.add("mount")
+        if rootfs is None and "mount" in namespaces:  # a private /tmp: keep the volumes there
+            keep_writable = tuple(b.host_path for b in persistent_volume_binds(request["sandbox"]))
         if info is not None and info.hostname:
             hostname = info.hostname
         if join_network is not None:
@@ -388,6 +391,7 @@ class Containerizer:
             volumes=volumes,
             network_of=join_network,
             keep_visible=self._runtime,
+            keep_writable=keep_writable,
             agent_dir=self._agent_dir,
         )
         return _Prepared(name, spec, cgroup, sandbox, self.sandbox_path(info, sandbox))

@@ -100,6 +100,9 @@ class ContainerSpec:
     #: The directory of the agent's executor socket (a custom executor's container): kept
     #: visible like ``keep_visible``, bound read-only at AGENT_DIR_IN_ROOTFS in a rootfs.
     agent_dir: str | None = None
+    #: Without a root filesystem: paths under /tmp that stay reachable, read-write, in a private
+    #: /tmp (the task's persistent volumes when the agent's work dir is under /tmp).
+    keep_writable: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         namespaces = frozenset(self.namespaces)
@@ -417,7 +420,7 @@ def _setup(spec: ContainerSpec, plan: _Plan, report: int, step: _Step) -> int | 
             _mounts.mount_volumes(spec.sandbox, plan.volumes, spec.uid, plan.gid)
             step.name = "mount private /tmp"
             keep = spec.keep_visible + ((spec.agent_dir,) if spec.agent_dir else ())
-            _mounts.private_tmp(spec.sandbox, spec.uid, plan.gid, keep)
+            _mounts.private_tmp(spec.sandbox, spec.uid, plan.gid, keep, spec.keep_writable)
             if "pid" in spec.namespaces:
                 step.name = "mount /proc"
                 _mounts.fresh_proc("/proc")

@@ -199,6 +199,31 @@ def test_a_task_with_an_image_reaches_its_persistent_volume_through_its_sandbox(
     run(with_executor(tmp_path, config, body))
 
 
+def test_a_task_in_a_private_tmp_reaches_its_persistent_volume_under_tmp(
+    tmp_path: Path, config: ContainerConfig
+) -> None:
+    """Without an image, the mount namespace gives the task a private /tmp: a volume under the
+    host's /tmp (the agent's default work dir is there) stays reachable, read-write."""
+    assert "mount" in config.namespaces
+    volume = tmp_path / "work" / "volumes" / "roles" / "gold" / "v1"
+    volume.mkdir(parents=True)
+    (volume / "old").write_text("kept\n")
+
+    async def body(agent: FakeAgent, executor: ExecutorProcess) -> None:
+        links = executor.task_dir("plain") / "volumes"
+        links.mkdir(parents=True)
+        (links / "v1").symlink_to(volume)
+        script = "cat volumes/v1/old; echo new > volumes/v1/new; ls /tmp | wc -l"
+        await agent.send_launch(task("plain", script))
+        status = await agent.wait_terminal("plain")
+        assert status.state is TaskState.FINISHED, status.message
+        out = (executor.task_dir("plain") / "stdout").read_text().split()
+        assert out[0] == "kept"
+        assert (volume / "new").read_text() == "new\n"
+
+    run(with_executor(tmp_path, config, body))
+
+
 def test_an_unknown_image_fails_the_launch_clearly(tmp_path: Path, config: ContainerConfig) -> None:
     async def body(agent: FakeAgent, _: ExecutorProcess) -> None:
         await agent.send_launch(task("lost", "true", container=ContainerInfo(image="nope")))
