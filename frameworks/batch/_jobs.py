@@ -128,6 +128,7 @@ def _single_ended(
     elif outcome == "cancel":
         core._finish(task, TaskState.CANCELLED, now, "cancelled")
     elif outcome == "preempted":
+        task.preemptions += 1
         if _cancels(core, job, task):
             core._finish(task, TaskState.CANCELLED, now, why)
         else:
@@ -175,8 +176,11 @@ def _gang_rank_ended(
     if job.cancelled:  # cancelled while its ranks were stopping: never run again
         verdict, reason = "cancel", "cancelled"
     final = {"timeout": TaskState.TIMEOUT, "cancel": TaskState.CANCELLED}.get(verdict)
-    if verdict == "preempted" and _cancels(core, job, culprit):
-        final = TaskState.CANCELLED
+    if verdict == "preempted":
+        for rank in ended:  # the gang's attempt was preempted: so was every rank's
+            rank.preemptions += 1
+        if _cancels(core, job, culprit):
+            final = TaskState.CANCELLED
     if final is None:
         lead = ranks[0]
         if verdict == "preempted":

@@ -211,13 +211,18 @@ def show_job(answer: Mapping[str, Any], *, as_json: bool) -> int:
 
 def _tasks_table(tasks: Sequence[Mapping[str, Any]], title: str, now: float) -> Table:
     table = Table(title=f"{title} ({len(tasks)})", title_justify="left")
-    for name in ("TASK", "STATE", "ATTEMPT", "EXIT", "HOST", "START", "ELAPSED", "REASON"):
-        table.add_column(name, overflow="fold", no_wrap=name in ("TASK", "START", "ELAPSED"))
+    # PREEMPTED (how many of its attempts were) only when some task was: rare, and then telling.
+    preempted = any(t.get("preemptions") for t in tasks)
+    names = ("TASK", "STATE", "ATTEMPT", "PREEMPTED", "EXIT", "HOST", "START", "ELAPSED", "REASON")
+    for name in names:
+        if name != "PREEMPTED" or preempted:
+            table.add_column(name, overflow="fold", no_wrap=name in ("TASK", "START", "ELAPSED"))
     for t in tasks:
         table.add_row(
             f"{t['job_id']}.{t['index']}",
             _state(str(t["state"])),
             str(t["attempt"]),
+            *([str(t.get("preemptions") or 0)] if preempted else []),
             "" if t.get("exit_code") is None else str(t["exit_code"]),
             escape(str(t.get("hostname") or "")),
             _when(t.get("start_time")),

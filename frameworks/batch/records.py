@@ -66,8 +66,10 @@ class TaskRecord:
     ``attempt`` counts launches; ``failures`` the failed attempts (retries used); ``losses`` the
     attempts lost to the infrastructure (requeued without using a retry). ``not_before``: a
     retry waits until then. ``kill_reason``: why the service asked to kill the running attempt
-    ("timeout", "cancel", "gang", "launch"), which decides its final state. ``exit_code`` is the
-    last attempt's; ``cpu_seconds`` and ``max_rss_bytes`` what its agent measured.
+    ("timeout", "cancel", "gang", "launch", or ``preempt:JOB:PRIORITY`` for a job of higher
+    priority that preempts it), which decides its final state. ``exit_code`` is the last
+    attempt's; ``cpu_seconds`` and ``max_rss_bytes`` what its agent measured. ``preemptions``
+    counts its attempts that were preempted (by a job of its queue, or by the master).
     """
 
     job_id: int
@@ -88,6 +90,7 @@ class TaskRecord:
     max_rss_bytes: int | None = None
     not_before: float = 0.0
     kill_reason: str = ""
+    preemptions: int = 0
 
     @property
     def key(self) -> tuple[int, int]:
@@ -111,6 +114,7 @@ class TaskRecord:
             "reason": self.reason,
             "cpu_seconds": self.cpu_seconds,
             "max_rss_bytes": self.max_rss_bytes,
+            "preemptions": self.preemptions,
         }
 
 

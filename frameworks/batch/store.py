@@ -9,8 +9,9 @@ Tables: ``meta`` (small settings such as the framework id), ``jobs`` (the spec a
 plus its state; name, user and queue copied out of the spec for filtering), ``tasks`` (one
 row per array index or gang rank, keyed by ``(job_id, idx)``) and ``usage`` (fair-share usage
 per user). ``PRAGMA user_version`` holds the schema version. Version 2 added the jobs' ``run_as``,
-``submitter`` and ``submit_uid``; a version 1 file is upgraded in place when opened (its jobs
-keep running as the service's own user, as they did).
+``submitter`` and ``submit_uid``; version 3 the tasks' ``preemptions``. An older file is upgraded
+in place when opened (a version 1 file's jobs keep running as the service's own user, as they
+did; its tasks count no preemption).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ __all__ = ["SCHEMA_VERSION", "JobStore", "StoreError"]
 log = structlog.get_logger(__name__)
 
 #: The schema this code writes; a file with a higher ``user_version`` is refused.
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 
 _SCHEMA: Final = (
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
@@ -75,6 +76,7 @@ _SCHEMA: Final = (
         max_rss_bytes INTEGER,
         not_before REAL NOT NULL,
         kill_reason TEXT NOT NULL,
+        preemptions INTEGER NOT NULL DEFAULT 0,
         PRIMARY KEY (job_id, idx)) WITHOUT ROWID""",
     "CREATE INDEX tasks_end_time ON tasks (end_time) WHERE end_time IS NOT NULL",
     "CREATE INDEX tasks_job_state ON tasks (job_id, state)",
@@ -87,6 +89,7 @@ _UPGRADES: Final = (
         "ALTER TABLE jobs ADD COLUMN submitter TEXT NOT NULL DEFAULT ''",
         "ALTER TABLE jobs ADD COLUMN submit_uid INTEGER",
     ),
+    ("ALTER TABLE tasks ADD COLUMN preemptions INTEGER NOT NULL DEFAULT 0",),
 )
 
 # A task row's columns are the TaskRecord's fields in order ("index" is "idx" in SQL): a row

@@ -105,6 +105,7 @@ def test_a_version_1_store_is_upgraded_and_its_jobs_keep_the_services_user(
     raw = sqlite3.connect(path)
     for column in ("run_as", "submitter", "submit_uid"):
         raw.execute(f"ALTER TABLE jobs DROP COLUMN {column}")
+    raw.execute("ALTER TABLE tasks DROP COLUMN preemptions")  # version 3's
     raw.execute("PRAGMA user_version = 1")
     raw.commit()
     raw.close()
@@ -120,7 +121,7 @@ def test_a_version_1_store_is_upgraded_and_its_jobs_keep_the_services_user(
     finally:
         store.close()
     raw = sqlite3.connect(path)
-    assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     raw.close()
 
 

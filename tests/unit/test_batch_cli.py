@@ -255,6 +255,27 @@ def test_status_of_a_big_array_lists_tasks_not_completed(
     assert "12.8 " not in out and "12.0 " not in out
 
 
+def test_status_of_a_job_shows_its_preempted_tasks(
+    service: FakeService, capsys: pytest.CaptureFixture[str]
+) -> None:
+    why = "requeued: PREEMPTED by job 14 (priority 9)"
+    tasks = [task_json(0), task_json(1, "PENDING", attempt=2, preemptions=1, reason=why)]
+    view = job_view(12, "RUNNING", COMPLETED=1, PENDING=1)
+    service.handler = lambda *_: (200, {"job": view, "tasks": tasks})
+    assert agora("batch", "status", "12") == 0
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if "TASK" in line)
+    row = next(line for line in out.splitlines() if "12.1" in line)
+    cells = [c.strip() for c in row.split("│")]
+    heads = [c.strip() for c in header.split("┃")]
+    assert cells[heads.index("PREEMPTED")] == "1" and cells[heads.index("STATE")] == "PENDING"
+    assert why in row
+    # Without any preemption, no such column.
+    service.handler = lambda *_: (200, {"job": view, "tasks": [task_json(0)]})
+    assert agora("batch", "status", "12") == 0
+    assert "PREEMPTED" not in capsys.readouterr().out
+
+
 def test_cancel(service: FakeService, capsys: pytest.CaptureFixture[str]) -> None:
     service.handler = lambda *_: (200, {"cancelled": 1})
     assert agora("batch", "cancel", "12.3") == 0

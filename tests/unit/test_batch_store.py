@@ -96,7 +96,8 @@ def test_every_field_of_both_records_round_trips_through_a_reopen(tmp_path: Path
         cpu_seconds=1.25,
         max_rss_bytes=123_456_789_012,
         not_before=1003.5,
-        kill_reason="timeout",
+        kill_reason="preempt:12:3",
+        preemptions=2,
     )
     store.save([job], [task])
     store.close()
@@ -351,6 +352,34 @@ def test_everything_survives_a_reopen(tmp_path: Path) -> None:
         assert store.add_job(plain(), 4.0)[0].job_id > done.job_id
     finally:
         store.close()
+
+
+def test_a_version_2_store_is_upgraded_and_its_tasks_count_no_preemption(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "jobs.db"
+    store = JobStore.open(path)
+    job, _ = store.add_job(array(2), 1.0)
+    store.close()
+    raw = sqlite3.connect(path)  # make it what version 2 wrote: no preemptions column
+    raw.execute("ALTER TABLE tasks DROP COLUMN preemptions")
+    raw.execute("PRAGMA user_version = 2")
+    raw.commit()
+    raw.close()
+    store = JobStore.open(path)
+    try:
+        assert [t.preemptions for t in store.tasks_of(job.job_id)] == [0, 0]
+        preempted = dataclasses.replace(store.tasks_of(job.job_id)[1], preemptions=1)
+        store.save([], [preempted])
+        _, tasks = store.load_active()
+        assert [t.preemptions for t in tasks] == [0, 1]
+        new, new_tasks = store.add_job(plain(), 2.0)
+        assert store.tasks_of(new.job_id) == new_tasks
+    finally:
+        store.close()
+    raw = sqlite3.connect(path)
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    raw.close()
 
 
 def test_a_store_from_a_newer_version_is_refused(tmp_path: Path) -> None:
