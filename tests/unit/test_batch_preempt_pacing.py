@@ -4,7 +4,10 @@ a count of preemptions per task. Driven by hand, time as an argument."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from agora.frameworks.batch.actions import Action, Kill
+from agora.frameworks.batch.config import load_settings
 from agora.frameworks.batch.core import CoreConfig
 from agora.frameworks.batch.records import TaskState
 from agora.sdk.messages import Reason
@@ -154,3 +157,16 @@ def test_a_plain_job_stops_a_lower_gang_whole_even_when_one_rank_would_do() -> N
     assert {(r.state, r.preemptions, r.failures, r.losses) for r in ranks} == {
         (TaskState.PENDING, 1, 0, 0)
     }
+
+
+def test_preemption_modes_come_from_a_toml_table_or_the_environment(tmp_path: Path) -> None:
+    toml = tmp_path / "batch.toml"
+    toml.write_text('queues = ["default", "hi"]\n[preempt]\ndefault = "requeue"\nhi = "off"\n')
+    env = {"AGORA_HOME": str(tmp_path)}
+    settings = load_settings(["--config", str(toml)], env=env)
+    assert settings.preempt == {"*": "requeue", "hi": "off"}
+    # The environment outranks the file, a flag the environment.
+    env["AGORA_PREEMPT"] = "hi=cancel"
+    assert load_settings(["--config", str(toml)], env=env).preempt == {"hi": "cancel"}
+    argv = ["--config", str(toml), "--preempt", "default=off"]
+    assert load_settings(argv, env=env).preempt == {"*": "off"}
