@@ -14,14 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agora.agent.core.state import AgentState
-from agora.sdk.ids import ExecutorID, FrameworkID
+from agora.agent.core.state import AgentState, ExecutorKey
 from agora.sdk.messages import ExitedExecutor, ExitedExecutorAck
 
 __all__ = ["PendingExit", "exited", "forget", "on_ack", "tick_exits"]
-
-ExecutorKey = tuple[FrameworkID, ExecutorID]
-
 
 @dataclass(slots=True)
 class PendingExit:
