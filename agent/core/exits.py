@@ -19,6 +19,7 @@ from agora.sdk.messages import ExitedExecutor, ExitedExecutorAck
 
 __all__ = ["PendingExit", "exited", "forget", "on_ack", "tick_exits"]
 
+
 @dataclass(slots=True)
 class PendingExit:
     message: ExitedExecutor
