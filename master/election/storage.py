@@ -311,6 +311,9 @@ class RaftStorage:
         # Durable before new frames go where the old ones were: a crash in the next append must
         # leave a torn tail, never a mix of new and old frames that reads as damage mid-log.
         os.fsync(self._file().fileno())
+        # Appends still land at the end, but the file position (which ``_append`` reads as the
+        # next frame's offset) stays where it was before the cut: bring it to the new end.
+        self._file().seek(offset)
         del self._slots[keep:]
 
     def _append(self, entries: list[LogEntry]) -> None:

@@ -214,3 +214,19 @@ def test_persist_of_nothing_durable_does_no_io(
     assert len(fsyncs) == 1  # one fsync for a whole batch of appends
     monkeypatch.undo()
     storage.close()
+
+
+def test_snapshot_after_a_truncation_keeps_the_entries_appended_since(tmp_path: Path) -> None:
+    # After a cut the file position stayed past the new end, so frames appended next were
+    # recorded at the wrong offsets and the next snapshot's log rewrite failed: the election
+    # halted and the master exited.
+    storage = RaftStorage(tmp_path)
+    storage.load()
+    storage.persist(Ready(append=entries(1, 4)), sync=False)
+    storage.persist(Ready(truncate_after=2, append=entries(3, 8, term=2)), sync=False)
+    storage.persist(Ready(snapshot=Snapshot(index=5, term=2, data=b"s")))
+    storage.persist(Ready(append=entries(9, 9, term=2)))
+    storage.close()
+    _, snapshot, kept = reopen(tmp_path)
+    assert snapshot is not None and snapshot.index == 5
+    assert [(e.index, e.term) for e in kept] == [(6, 2), (7, 2), (8, 2), (9, 2)]
