@@ -23,7 +23,16 @@ from agora.master.server.local_calls import LOCAL_PEER
 from agora.master.server.stats import DaemonStats
 from agora.sdk.daemon.history import History
 from agora.sdk.errors import ProtocolError
-from agora.sdk.messages import KillTask, Message, Offers, RunTask, RunTaskGroup, StateReply
+from agora.sdk.messages import (
+    Error,
+    ErrorCode,
+    KillTask,
+    Message,
+    Offers,
+    RunTask,
+    RunTaskGroup,
+    StateReply,
+)
 from agora.sdk.transport import Server
 from msgspec.structs import replace
 
@@ -108,6 +117,10 @@ class Outbox:
         except (ProtocolError, zmq.ZMQError) as exc:
             log.error("send_failed", peer=peer, message=message.NAME, error=str(exc))
             self._stats.messages_dropped += 1
+            if isinstance(message, StateReply) and isinstance(exc, ProtocolError):
+                # The whole state of a big cluster can outgrow one frame: say so, and how to
+                # ask instead, rather than leave the caller to time out.
+                await self.send(peer, _too_big(exc), epoch)
             return
         if not delivered:
             self._stats.messages_dropped += 1
@@ -120,3 +133,14 @@ class Outbox:
                 )
             if self._debug:
                 log.debug("undeliverable", peer=peer, message=message.NAME)
+
+
+def _too_big(exc: ProtocolError) -> Error:
+    return Error(
+        code=ErrorCode.BAD_REQUEST,
+        message=(
+            f"the state does not fit in one message ({exc}): ask for fewer rows "
+            "(GET_STATE with agents_limit and tasks_limit, as agora top does) or read the "
+            "whole state from the operator HTTP API (GET /state)"
+        ),
+    )

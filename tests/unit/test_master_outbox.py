@@ -1,0 +1,53 @@
+"""The master's outbox: what happens to an answer that cannot be sent as is."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from agora.master.core import Master, MasterConfig
+from agora.master.core.operator import snapshot
+from agora.master.server.outbox import Outbox
+from agora.master.server.stats import DaemonStats
+from agora.sdk import codec
+from agora.sdk.daemon.history import History
+from agora.sdk.messages import Error, ErrorCode, Message, StateReply
+
+
+class EncodingServer:
+    """Encodes every message as the ZeroMQ server does (so the frame limit applies)."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, Message]] = []
+
+    async def send(self, peer: str, message: Message, epoch: int = 0) -> bool:
+        codec.encode(message, epoch=epoch)
+        self.sent.append((peer, message))
+        return True
+
+
+def test_a_state_too_big_for_one_frame_is_answered_with_an_error_saying_what_to_ask(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    server = EncodingServer()
+    stats = DaemonStats()
+    outbox = Outbox(
+        server,  # type: ignore[arg-type]
+        core=lambda: None,
+        leadership=lambda: None,
+        propose=lambda _action: None,
+        answer_local=lambda _peer, _message: None,
+        stats=stats,
+        history=History(None, "master"),
+        debug=False,
+    )
+    state = snapshot(Master(MasterConfig(master_id="m", address="tcp://127.0.0.1:1")).state)
+    assert isinstance(state, StateReply)
+    monkeypatch.setattr(codec, "MAX_FRAME_BYTES", len(codec.encode(state)) - 1)
+    huge = state  # one byte over the (lowered) limit: as 100,000 tasks are over the real one
+    asyncio.run(outbox.send("operator-1", huge, 3))
+    [(peer, answer)] = server.sent
+    assert peer == "operator-1"
+    assert isinstance(answer, Error) and answer.code is ErrorCode.BAD_REQUEST
+    assert "agents_limit" in answer.message and "/state" in answer.message
+    assert stats.messages_dropped == 1
