@@ -142,6 +142,7 @@ class Allocator:
         )
         self._ledger.frameworks[framework_id] = fw
         self._ledger.subscribe(fw)
+        self._ledger.sync_framework(framework_id)
 
     def remove_framework(self, framework_id: FrameworkID) -> None:
         """Release everything the framework holds; drop its filters, offer slots and gangs."""
@@ -156,12 +157,14 @@ class Allocator:
                     agent.slots.discard(slot)
         if fw is not None:
             ledger.unsubscribe(fw)
+        ledger.sync_framework(framework_id)
 
     def set_framework_active(self, framework_id: FrameworkID, active: bool) -> None:
         """An inactive (disconnected) framework keeps its allocations but gets no offers."""
         fw = self._framework(framework_id)
         if fw.active != active:
             fw.active = active
+            self._ledger.sync_framework(framework_id)
             self._ledger.epoch += 1
             if not active:
                 self._gangs.framework_inactive(framework_id)
@@ -177,12 +180,14 @@ class Allocator:
         """No more ordinary offers in ``roles`` (None: all its roles). Gangs still flow."""
         fw = self._framework(framework_id)
         fw.suppressed |= self._roles_of(fw, roles)
+        self._ledger.sync_framework(framework_id)
 
     def revive(self, framework_id: FrameworkID, roles: Iterable[str] | None = None) -> None:
         """Unsuppress ``roles`` (None: all) and clear the framework's filters in them."""
         fw = self._framework(framework_id)
         chosen = self._roles_of(fw, roles)
         fw.suppressed -= chosen
+        self._ledger.sync_framework(framework_id)
         self._filters.clear_framework(framework_id, None if roles is None else chosen)
 
     def suppressed_roles(self, framework_id: FrameworkID) -> frozenset[str]:

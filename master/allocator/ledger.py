@@ -98,7 +98,19 @@ class Ledger:
         state = self.role(role)
         if framework_id not in state.sorter:
             state.sorter.add(framework_id)
+            state.sorter.set_active(framework_id, self._offerable(framework_id, role))
         return state
+
+    def _offerable(self, framework_id: FrameworkID, role: str) -> bool:
+        fw = self.frameworks.get(framework_id)
+        return fw is not None and fw.active and role in fw.roles and role not in fw.suppressed
+
+    def sync_framework(self, framework_id: FrameworkID) -> None:
+        """The framework was (de)activated, (un)suppressed or removed: only the role sorters
+        whose offers it may take now list it in their order."""
+        for role, state in self.roles.items():
+            if framework_id in state.sorter:
+                state.sorter.set_active(framework_id, self._offerable(framework_id, role))
 
     def _maybe_untrack(self, framework_id: FrameworkID, role: str) -> None:
         if self._alloc_count.get((framework_id, role)):

@@ -14,7 +14,9 @@ total has. They differ only in :meth:`Sorter.sort`:
   caller that stops after the first few clients pays for only those.
 
 Iterating a sorter yields the same order as :meth:`Sorter.sort` without building a list;
-do not change the sorter while iterating it.
+do not change the sorter while iterating it. A client made inactive (:meth:`Sorter.set_active`)
+keeps its allocation and share but is left out of the order, so a thousand suppressed
+frameworks cost an allocation nothing.
 """
 
 from __future__ import annotations
@@ -45,6 +47,11 @@ class Sorter(Protocol[K]):
 
     def remove(self, client: K) -> None:
         """Stop tracking ``client`` (its allocation is forgotten); KeyError if unknown."""
+
+    def set_active(self, client: K, active: bool) -> None:
+        """An inactive client keeps its allocation and share but is left out of the order
+        (Mesos's deactivate: a suppressed or disconnected framework is not walked past on
+        every agent); clients start active."""
 
     def __contains__(self, client: object) -> bool: ...
 
@@ -80,7 +87,7 @@ class Sorter(Protocol[K]):
         """The weighted dominant share of ``client``."""
 
     def sort(self) -> list[K]:
-        """Every client, in offer order."""
+        """Every active client, in offer order."""
 
 
 def _check_weight(weight: float) -> float:
@@ -129,11 +136,12 @@ class _Client:
 class _BaseSorter(Generic[K]):
     """Bookkeeping shared by both sorters: clients, their allocations, the pool total."""
 
-    __slots__ = ("_clients", "_total")
+    __slots__ = ("_clients", "_inactive", "_total")
 
     def __init__(self) -> None:
         self._clients: dict[K, _Client] = {}
         self._total: dict[str, int] = {}
+        self._inactive: set[K] = set()
 
     def _get(self, client: K) -> _Client:
         try:
@@ -181,19 +189,35 @@ class DRFSorter(_BaseSorter[K]):
         return (dominant_share(c.alloc, self._total) / c.weight, c.count, name)
 
     def _rekey(self, name: K, c: _Client) -> None:
-        if self._dirty:
-            return
+        if self._dirty or name in self._inactive:
+            return  # keyed when the order is rebuilt, or when it is active again
         self._order.remove(c.key)
         c.key = self._key(name, c)
         self._order.add(c.key)
 
     def _rebuild(self) -> None:
         keys = []
+        inactive = self._inactive
         for name, c in self._clients.items():
-            c.key = self._key(name, c)
-            keys.append(c.key)
+            if name not in inactive:
+                c.key = self._key(name, c)
+                keys.append(c.key)
         self._order = SortedList(keys)
         self._dirty = False
+
+    def set_active(self, client: K, active: bool) -> None:
+        c = self._get(client)
+        if active == (client not in self._inactive):
+            return
+        if active:
+            self._inactive.discard(client)
+            if not self._dirty:
+                c.key = self._key(client, c)
+                self._order.add(c.key)
+        else:
+            self._inactive.add(client)
+            if not self._dirty:
+                self._order.remove(c.key)
 
     def add(self, client: K, weight: float = 1.0) -> None:
         if client in self._clients:
@@ -207,7 +231,9 @@ class DRFSorter(_BaseSorter[K]):
     def remove(self, client: K) -> None:
         c = self._get(client)
         del self._clients[client]
-        if not self._dirty:
+        if client in self._inactive:
+            self._inactive.discard(client)
+        elif not self._dirty:
             self._order.remove(c.key)
 
     def set_weight(self, client: K, weight: float) -> None:
@@ -219,7 +245,7 @@ class DRFSorter(_BaseSorter[K]):
         c = self._get(client)
         add_into(c.alloc, amounts)
         c.count += 1
-        if not self._dirty:
+        if not self._dirty and client not in self._inactive:
             order = self._order
             order.remove(c.key)
             c.key = key = (dominant_share(c.alloc, self._total) / c.weight, c.count, client)
@@ -266,6 +292,14 @@ class RandomSorter(_BaseSorter[K]):
         self._get(client)
         del self._clients[client]
         self._names.remove(client)
+        self._inactive.discard(client)
+
+    def set_active(self, client: K, active: bool) -> None:
+        self._get(client)
+        if active:
+            self._inactive.discard(client)
+        else:
+            self._inactive.add(client)
 
     def set_weight(self, client: K, weight: float) -> None:
         self._get(client).weight = _check_weight(weight)
@@ -291,9 +325,13 @@ class RandomSorter(_BaseSorter[K]):
             return self._weighted()
         return self._uniform()
 
+    def _active_names(self) -> list[K]:
+        inactive = self._inactive
+        return [n for n in self._names if n not in inactive] if inactive else list(self._names)
+
     def _uniform(self) -> Iterator[K]:
         # Fisher-Yates, one step per client taken.
-        names = list(self._names)
+        names = self._active_names()
         rand = self._rng.randrange
         n = len(names)
         for i in range(n):
@@ -306,7 +344,7 @@ class RandomSorter(_BaseSorter[K]):
         rand = self._rng.random
         clients = self._clients
         keyed = sorted(
-            ((rand() ** (1.0 / clients[name].weight), name) for name in self._names),
+            ((rand() ** (1.0 / clients[name].weight), name) for name in self._active_names()),
             reverse=True,
         )
         for _, name in keyed:

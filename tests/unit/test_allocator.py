@@ -268,6 +268,26 @@ def test_suppress_and_revive() -> None:
     assert len(offers(a.allocate(2.0))) == 2
 
 
+def test_suppressed_and_inactive_frameworks_are_not_walked_past() -> None:
+    # A thousand idle schedulers must not cost every agent of every allocation a thousand
+    # skips: the role's order lists only those that may take an offer.
+    a = cluster(3)
+    idle = [FrameworkID(f"idle-{i}") for i in range(50)]
+    for fw in idle:
+        a.add_framework(fw, ["*"], 0, suppressed_roles=["*"])
+    a.add_framework(F1, ["*"], 0)
+    a.add_framework(F2, ["*"], 0)
+    a.set_framework_active(F2, False)
+    role = a._ledger.roles["*"]
+    assert role.sorter.sort() == [F1]
+    assert {o.framework_id for o in offers(a.allocate(1.0))} == {F1}
+    a.revive(idle[0])
+    a.set_framework_active(F2, True)
+    assert sorted(role.sorter.sort()) == sorted([F1, F2, idle[0]])
+    a.remove_framework(F1)
+    assert sorted(role.sorter.sort()) == sorted([F2, idle[0]])
+
+
 def test_suppress_one_role_and_on_subscribe() -> None:
     a = cluster(1, "cpus:4;mem:4096;cpus(gold):4;mem(gold):4096")
     a.add_framework(F1, ["*", "gold"], 0, suppressed_roles=["gold", "unknown-role"])

@@ -126,6 +126,39 @@ def test_empty_sorter(sorter: Sorter[str]) -> None:
     assert list(sorter) == []
 
 
+def test_inactive_clients_keep_their_share_but_leave_the_order(sorter: Sorter[str]) -> None:
+    for name in "abc":
+        sorter.add(name)
+    sorter.allocated("b", {"cpus": 10_000})
+    sorter.set_active("b", False)
+    assert sorted(sorter.sort()) == ["a", "c"]
+    sorter.allocated("b", {"cpus": 10_000})  # an inactive client still gets and gives back
+    sorter.unallocated("b", {"cpus": 5_000})
+    assert sorter.allocation("b") == {"cpus": 15_000}
+    assert sorter.share("b") == pytest.approx(0.15)
+    sorter.add_total({"cpus": 100_000})  # a rebuild of the order leaves it out too
+    assert sorted(sorter) == ["a", "c"]
+    sorter.set_active("b", False)  # twice is once
+    sorter.set_active("b", True)
+    assert sorted(sorter.sort()) == ["a", "b", "c"]
+    sorter.set_active("c", False)
+    sorter.remove("c")  # an inactive client can go
+    assert "c" not in sorter and sorted(sorter.sort()) == ["a", "b"]
+
+
+def test_drf_reactivated_client_comes_back_at_its_share() -> None:
+    drf: DRFSorter[str] = DRFSorter()
+    drf.add_total(TOTAL)
+    for name in "abc":
+        drf.add(name)
+    drf.allocated("a", {"cpus": 30_000})
+    drf.allocated("c", {"cpus": 10_000})
+    drf.set_active("b", False)
+    drf.unallocated("a", {"cpus": 25_000})  # a's share drops while b is out of the order
+    drf.set_active("b", True)
+    assert drf.sort() == ["b", "a", "c"]
+
+
 def test_partial_iteration_is_safe(sorter: Sorter[str]) -> None:
     for name in "abcde":
         sorter.add(name)
