@@ -204,18 +204,19 @@ class Master:
 
     def committed(self, seq: int, now: float) -> list[Action]:
         """The registry operation of ``Propose(seq)`` is committed (and applied to the registry):
-        let it take effect."""
+        let it take effect. Like :meth:`handle`, what it frees is offered by :meth:`end_burst`
+        when the shell feeds the core in bursts (a storm of registrations commits thousands)."""
         pending = self._st.pending.pop(seq, None)
         if pending is not None and pending.then is not None:
             pending.then(now)
-        return self._finish(now)
+        return self._finish(now, not self._st.config.bursts)
 
     def abandoned(self, seq: int, now: float) -> list[Action]:
         """``Propose(seq)`` will not commit under this core: its change never takes effect."""
         pending = self._st.pending.pop(seq, None)
         if pending is not None and pending.abandon is not None:
             pending.abandon()
-        return self._finish(now)
+        return self._finish(now, not self._st.config.bursts)
 
     def disconnected(self, peer: Peer, now: float) -> list[Action]:
         """The transport lost ``peer`` (a scheduler's connection closed or timed out)."""

@@ -124,6 +124,8 @@ class MasterDaemon:
         self._bad_frame_log = KeyedLogLimiter(rate=3.0, burst=3, max_keys=256)
         self.stats.bad_frames_by_peer = lambda: self._bad_frame_log.counts(BAD_FRAME_TOP_PEERS)
         self._lock = asyncio.Lock()
+        #: A registry change took effect and no allocation has covered it yet.
+        self._burst_end_owed = False
         self._stopped = asyncio.Event()
         #: Who was heard from when (monotonic), and which peers are other masters.
         self._peers = PeerTable()
@@ -205,9 +207,13 @@ class MasterDaemon:
         info = self._leadership.leader_info()
         epoch = self._leadership.node.term
         log.info("leader_announced", leader=info.leader, epoch=epoch)
+        give_way = time.perf_counter() + MAX_BATCH_SECONDS
         for peer in self._peers.clients():
             with contextlib.suppress(ProtocolError, zmq.ZMQError):
                 await self._server.send(peer, info, epoch)
+            if time.perf_counter() >= give_way:  # thousands of clients: let the election run
+                await asyncio.sleep(0)
+                give_way = time.perf_counter() + MAX_BATCH_SECONDS
 
     def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         """Run ``work`` until done or until :meth:`run` returns."""
@@ -494,4 +500,26 @@ class MasterDaemon:
                 actions = core.committed(action.seq, now)
             else:
                 actions = core.abandoned(action.seq, now)
+            await self._outbox.perform(actions)
+        self._end_burst_soon()
+
+    def _end_burst_soon(self) -> None:
+        """Owe the core an end of burst: the commits of one election turn (thousands, in a
+        registration storm) take effect first, then one allocation covers them all; one per
+        commit would re-rank every framework thousands of times."""
+        if self._burst_end_owed:
+            return
+        self._burst_end_owed = True
+        self._spawn(self._end_owed_burst(), "master-end-burst")
+
+    async def _end_owed_burst(self) -> None:
+        await asyncio.sleep(0)  # behind the other commits already woken
+        async with self._lock:
+            self._burst_end_owed = False
+            core = self._acting_core()
+            if core is None:
+                return
+            started = time.perf_counter()
+            actions = core.end_burst(self._clock())
+            self.stats.observe_allocation(time.perf_counter() - started)
             await self._outbox.perform(actions)

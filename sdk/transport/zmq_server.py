@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import structlog
 import zmq
@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_HWM", "ZMQ_MAX_MSG_SIZE", "ZmqServer"]
 
 log = structlog.get_logger(__name__)
+
+#: Connections the kernel queues for the ROUTER to accept (capped by net.core.somaxconn).
+LISTEN_BACKLOG: Final = 4096
 
 
 class ZmqServer:
@@ -68,6 +71,9 @@ class ZmqServer:
                 auth = curve.start_authenticator(ctx)
             sock = new_socket(ctx, zmq.ROUTER, hwm)
             sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+            # Thousands of agents reconnect at once when a new leader is elected: libzmq's
+            # default of 100 pending connections would drop their SYNs (back in 1 s, then 3 s).
+            sock.setsockopt(zmq.BACKLOG, LISTEN_BACKLOG)
             if curve is not None:
                 curve.configure_socket(sock)
             sock.bind(endpoint)
