@@ -80,15 +80,20 @@ class Group:
     masters: list[Daemon] = field(default_factory=list)
     agent_daemons: list[Daemon] = field(default_factory=list)
     endpoints: list[str] = field(default_factory=list)
+    #: Each master's operator HTTP port, when started with ``http=True``.
+    http_ports: list[int] = field(default_factory=list)
 
     @property
     def group(self) -> str:
         return ",".join(self.endpoints)
 
-    def start_masters(self, extra: tuple[str, ...] = ()) -> None:
+    def start_masters(self, extra: tuple[str, ...] = (), *, http: bool = False) -> None:
         (self.work_dir / "logs").mkdir(parents=True, exist_ok=True)
-        self.endpoints = [f"tcp://127.0.0.1:{p}" for p in free_ports(3)]
+        ports = free_ports(6 if http else 3)
+        self.endpoints = [f"tcp://127.0.0.1:{p}" for p in ports[:3]]
+        self.http_ports = ports[3:]
         for i, endpoint in enumerate(self.endpoints, 1):
+            http_args = ("--http-port", str(self.http_ports[i - 1])) if http else ()
             argv = [
                 *(sys.executable, "-m", "agora.master.server"),
                 *("--bind", endpoint, "--masters", self.group, "--advertise", endpoint),
@@ -97,6 +102,7 @@ class Group:
                 *("--election-timeout", str(self.election_timeout)),
                 *("--election-heartbeat", str(self.election_timeout / 10)),
                 *("--log-level", "warning"),
+                *http_args,
                 *extra,
             ]
             daemon = Daemon(f"master-{i}", argv, self.work_dir / "logs" / f"master-{i}.log")
@@ -191,9 +197,9 @@ class Probe:
             with contextlib.suppress(Exception):
                 self._clients[endpoint].try_send(DetectLeader())
 
-    def ask_state(self, endpoint: str) -> None:
+    def ask_state(self, endpoint: str, query: GetState | None = None) -> None:
         with contextlib.suppress(Exception):
-            self._clients[endpoint].try_send(GetState())
+            self._clients[endpoint].try_send(query or GetState())
 
     def active_leader(self, among: list[str], above_epoch: int = -1) -> LeaderInfo | None:
         """A master of ``among`` that says it is the active leader at an epoch > above_epoch."""
@@ -235,15 +241,27 @@ class Probe:
         """Ask ``leader`` for its state until ``count`` agents are ACTIVE; the reply's time."""
         self.state.pop(leader, None)
         while True:
-            self.ask_state(leader)
+            # Counts, not rows: the whole state of 100,000 tasks does not fit in one message.
+            self.ask_state(leader, _COUNTS)
             await asyncio.sleep(every)
             seen = self.state.get(leader)
             if seen is not None and seen[0] > after:
                 at, reply = seen
-                if sum(1 for a in reply.agents if a.status == "ACTIVE") >= count:
+                if _active(reply) >= count:
                     return at
             if time.perf_counter() > deadline:
                 raise TimeoutError(f"fewer than {count} agents ACTIVE at {leader}")
+
+
+#: Counts only: a partial answer's counts are the whole cluster's.
+_COUNTS = GetState(agents_limit=0, tasks_limit=0)
+
+
+def _active(reply: StateReply) -> int:
+    """ACTIVE agents in the cluster (``agents_unreachable`` counts every agent not ACTIVE)."""
+    if reply.partial:
+        return reply.agents_total - reply.agents_unreachable
+    return sum(1 for a in reply.agents if a.status == "ACTIVE")
 
 
 def percentiles(values: list[float]) -> dict[str, float | None]:

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/bench for the _failover_* helpers
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ for support.*
 
 from _failover_framework import (
     FailoverFramework,
@@ -161,9 +162,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--scale", type=int, default=0, help="simulated agents (mode 2)")
     parser.add_argument(
-        "--window", type=int, default=200, help="mode 2: most first registrations in flight"
-    )
-    parser.add_argument(
         "--group-restarts", type=int, default=0, help="whole-group restarts (mode 3)"
     )
     parser.add_argument(
@@ -187,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             elif args.scale:
                 from _failover_scale import run_scale
 
-                result = asyncio.run(run_scale(group, args.scale, kills, args.window))
+                result = asyncio.run(run_scale(group, args.scale, kills))
             else:
                 result = asyncio.run(run_processes(group, kills, args.seed))
         finally:

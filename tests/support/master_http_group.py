@@ -95,6 +95,18 @@ class HttpGroup:
     def signal(self, endpoint: str, sig: signal.Signals) -> None:
         self.procs[endpoint].send_signal(sig)
 
+    def kill(self, endpoint: str) -> None:
+        """SIGKILL the master and reap it (it is not restarted)."""
+        proc = self.procs.pop(endpoint)
+        proc.kill()
+        proc.wait(timeout=DEADLINE)
+
+    def state(self, endpoint: str, timeout: float = 30.0) -> dict[str, Any]:
+        """``GET /state`` of the master (the group runs ``--insecure``: no token needed)."""
+        with urllib.request.urlopen(self.http_url(endpoint) + "/state", timeout=timeout) as resp:
+            body: dict[str, Any] = json.load(resp)
+            return body
+
     def stop_all(self) -> None:
         for proc in self.procs.values():
             proc.send_signal(signal.SIGCONT)  # a stopped process cannot act on SIGTERM

@@ -1,0 +1,312 @@
+"""Scale: 10,000 agents, 100,000 tasks and 1,000 frameworks on one master group.
+
+    .venv/bin/python tests/bench/scale.py                      # 10,000 agents, then 20,000
+    .venv/bin/python tests/bench/scale.py --agents 2000 --tasks 20000 --frameworks 100 --kills 2
+
+Two phases, one JSON line.
+
+``sockets``: 3 masters as processes (``--insecure``: the simulated peers speak ZMTP without
+CURVE) and, in a thread of this process, ``--frameworks`` simulated schedulers and ``--agents``
+simulated agents, one TCP connection each (``_zmtp_sim``). The schedulers subscribe and decline
+every offer; then every agent registers at once (the registration storm: ``storm_s``); then
+every agent re-registers reporting its share of ``--tasks`` RUNNING tasks, so the leader holds
+them all. Measured there: the leader's resident memory (``leader_rss_mib``), ``GET /state`` on
+its HTTP API (``state_http_ms``, ``state_bytes``), its allocation runs so far (from
+``/metrics``), and ``--kills`` rounds of: SIGKILL the leader; a survivor is the active leader
+(``elected_s``); every agent has re-registered with its tasks (``reregistered_s``); the new
+leader counts every agent ACTIVE (``all_active_s``); the killed master rejoins. ``step_downs``
+counts the leaders that lost the lead without being killed (``leadership_lost`` in the masters'
+logs): the target is zero, through the storm and every kill.
+
+``core``: for each size in ``--core-sizes`` (default: ``--agents`` and 20,000), a process of its
+own (``_scale_core``) builds one master core at that size and reports its memory, the cost of a
+registration storm per agent, the allocation cycle, ``/state``, the whole GET_STATE (its size
+against the frame limit) and the console's partial state; plus, for ``--agents``, where the
+memory goes (tracemalloc).
+
+The masters' descriptors bound the socket phase: each simulated peer is one connection at the
+leader, whose RLIMIT_NOFILE hard limit (20,000 here) can be raised only with CAP_SYS_RESOURCE.
+The JSON says so in ``limited_by`` when ``--agents`` does not fit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import re
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/bench for the helpers
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ for support.*
+
+from _failover_procs import Group, Probe, percentiles
+from _failover_scale import Leader, _wait
+from agora.sdk.logs import configure_logging
+from support.zmtp_sim import SimPeers
+
+_ROUND_TIMEOUT = 300.0
+_STORM_TIMEOUT = 600.0
+_FDS_RESERVED = 400  # a master's own: its peers, HTTP, logs, Raft files, ZeroMQ's threads
+_T0 = time.perf_counter()
+
+
+def _say(text: str) -> None:
+    print(f"[{time.perf_counter() - _T0:7.1f}s] {text}", file=sys.stderr, flush=True)
+
+
+def fd_room() -> tuple[int, str | None]:
+    """How many simulated peers fit (the masters inherit this limit), and why no more."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    why = (
+        f"RLIMIT_NOFILE hard limit {hard} per process (raising it needs CAP_SYS_RESOURCE): "
+        "one descriptor per simulated peer at the leader"
+    )
+    return hard - _FDS_RESERVED, why
+
+
+def rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+def http_get(url: str, timeout: float = 60.0) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        return bytes(resp.read())
+
+
+def time_state(port: int, runs: int) -> dict[str, Any]:
+    samples = []
+    body = b""
+    for _ in range(runs + 1):  # the first warms up
+        start = time.perf_counter()
+        body = http_get(f"http://127.0.0.1:{port}/state")
+        samples.append((time.perf_counter() - start) * 1000)
+    doc = json.loads(body)
+    return {
+        **percentiles(samples[1:]),
+        "bytes": len(body),
+        "agents": len(doc["agents"]),
+        "tasks": len(doc["tasks"]),
+        "frameworks": len(doc["frameworks"]),
+    }
+
+
+def allocation_runs(port: int) -> dict[str, Any]:
+    """The leader's allocation runs so far, from its /metrics histogram."""
+    text = http_get(f"http://127.0.0.1:{port}/metrics").decode()
+    total = float(_metric(text, "agora_master_allocation_run_seconds_sum"))
+    count = int(float(_metric(text, "agora_master_allocation_run_seconds_count")))
+    buckets = [
+        (float(m.group(1)), int(float(m.group(2))))
+        for m in re.finditer(
+            r'^agora_master_allocation_run_seconds_bucket\{le="([0-9.e+-]+)"\} (\S+)$',
+            text,
+            re.M,
+        )
+    ]
+    slowest = next((le for le, n in buckets if n == count), None)
+    return {
+        "runs": count,
+        "mean_ms": round(total / count * 1000, 2) if count else None,
+        "all_within_s": slowest,
+    }
+
+
+def _metric(text: str, name: str) -> str:
+    found = re.search(rf"^{name}(?:\{{[^}}]*\}})? (\S+)$", text, re.M)
+    if found is None:
+        raise RuntimeError(f"{name} not in /metrics")
+    return found.group(1)
+
+
+def step_downs(group: Group) -> int:
+    return sum(
+        log.read_text(errors="replace").count("leadership_lost")
+        for log in (group.work_dir / "logs").glob("master-*.log")
+    )
+
+
+async def run_sockets(
+    group: Group, agents: int, frameworks: int, tasks: int, kills: int
+) -> dict[str, Any]:
+    group.start_masters(("--agent-reregister-timeout", "600"), http=True)
+    port_of = dict(zip(group.endpoints, group.http_ports, strict=True))
+    per_agent = tasks // agents
+    elected: list[float] = []
+    reregistered: list[float] = []
+    all_active: list[float] = []
+    out: dict[str, Any] = {}
+    async with Probe(group.endpoints) as probe:
+        info = await probe.wait_leader(group.endpoints, -1, time.perf_counter() + 60, every=0.05)
+        assert info.leader is not None
+        leader = Leader(info.leader, info.epoch)
+        sim = SimPeers(agents, frameworks, leader.endpoint, tasks_per_agent=per_agent)
+        sim.start()
+        try:
+            started = time.perf_counter()
+            await _wait(
+                lambda: sim.subscribed == frameworks and sim.registered == agents,
+                started + _STORM_TIMEOUT,
+                "registration storm",
+                sim,
+                probe,
+                leader,
+            )
+            out["storm_s"] = round(time.perf_counter() - started, 3)
+            _say(f"{frameworks} frameworks and {agents} agents registered in {out['storm_s']}s")
+            sim.reregister()
+            started = time.perf_counter()
+            await _wait(
+                lambda: sim.reregistered == agents,
+                started + _STORM_TIMEOUT,
+                "re-registration with tasks",
+                sim,
+                probe,
+                leader,
+            )
+            out["tasks_reported_s"] = round(time.perf_counter() - started, 3)
+            await probe.wait_active_agents(leader.endpoint, agents, time.perf_counter() + 120)
+            _say(f"{agents * per_agent} tasks reported in {out['tasks_reported_s']}s")
+            pid = group.master_at(leader.endpoint).proc.pid  # type: ignore[union-attr]
+            out["leader_rss_mib"] = rss_mib(pid)
+            out["state_http_ms"] = time_state(port_of[leader.endpoint], 3)
+            await asyncio.sleep(3.0)  # a few allocation runs with every framework declining
+            out["allocation"] = allocation_runs(port_of[leader.endpoint])
+            _say(f"leader RSS {out['leader_rss_mib']} MiB; /state {out['state_http_ms']}")
+            for n in range(kills):
+                old = leader.endpoint
+                victim = group.master_at(old)
+                survivors = [e for e in group.endpoints if e != old]
+                killed_at = time.perf_counter()
+                victim.kill()
+                deadline = killed_at + _ROUND_TIMEOUT
+                info = await probe.wait_leader(survivors, leader.epoch, deadline)
+                elected.append(time.perf_counter() - killed_at)
+                assert info.leader is not None
+                leader.endpoint, leader.epoch = info.leader, info.epoch
+                sim.follow(leader.endpoint)
+                await _wait(
+                    lambda: sim.following == leader.endpoint and sim.reregistered == agents,
+                    deadline,
+                    "re-registration",
+                    sim,
+                    probe,
+                    leader,
+                )
+                reregistered.append(sim.last_reregistered_at - killed_at)
+                at = await probe.wait_active_agents(
+                    leader.endpoint, agents, deadline, killed_at, every=0.25
+                )
+                all_active.append(at - killed_at)
+                _say(
+                    f"kill {n + 1}/{kills}: elected {elected[-1]:.3f}s, re-registered "
+                    f"{reregistered[-1]:.3f}s, all ACTIVE {all_active[-1]:.3f}s"
+                )
+                victim.start()
+                await probe.wait_follower(
+                    old, leader.endpoint, leader.epoch, time.perf_counter() + _ROUND_TIMEOUT
+                )
+                group.check_alive()
+            if kills:
+                pid = group.master_at(leader.endpoint).proc.pid  # type: ignore[union-attr]
+                out["leader_rss_after_kills_mib"] = rss_mib(pid)
+        finally:
+            sim.stop()
+            sim.join(30)
+    return {
+        "agents": agents,
+        "frameworks": frameworks,
+        "tasks": agents * per_agent,
+        **out,
+        "kills": kills,
+        "elected_s": percentiles(elected),
+        "reregistered_s": percentiles(reregistered),
+        "all_active_s": percentiles(all_active),
+        "step_downs": step_downs(group),
+        "unforced_leader_changes_seen": leader.changes,
+        "election_timeout": group.election_timeout,
+        "sim": {
+            "pings_answered": sim.pings,
+            "offers_declined": sim.declined,
+            "reconnects": sim.reconnects,
+            "other_messages": sim.other,
+        },
+    }
+
+
+def run_core(agents: int, frameworks: int, tasks: int, memory: bool) -> dict[str, Any]:
+    here = Path(__file__).resolve().parent
+    argv = [
+        sys.executable,
+        str(here / "_scale_core.py"),
+        *("--agents", str(agents), "--frameworks", str(frameworks), "--tasks", str(tasks)),
+    ]
+    result: dict[str, Any] = json.loads(subprocess.check_output(argv, timeout=1800))
+    if memory:
+        traced = subprocess.check_output([*argv, "--tracemalloc"], timeout=1800)
+        result["memory"] = json.loads(traced)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agents", type=int, default=10_000)
+    parser.add_argument("--frameworks", type=int, default=1_000)
+    parser.add_argument("--tasks", type=int, default=100_000)
+    parser.add_argument("--kills", type=int, default=10)
+    parser.add_argument("--election-timeout", type=float, default=1.0)
+    parser.add_argument(
+        "--core-sizes", default=None, help="agents per core-phase run (default: --agents,20000)"
+    )
+    parser.add_argument("--skip-sockets", action="store_true")
+    args = parser.parse_args(argv)
+    configure_logging("console", "warning")
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    result: dict[str, Any] = {"bench": "scale"}
+    if not args.skip_sockets:
+        room, why = fd_room()
+        agents = min(args.agents, room - args.frameworks)
+        result["limited_by"] = why if agents < args.agents else None
+        base = "/dev/shm" if os.path.isdir("/dev/shm") else None
+        with tempfile.TemporaryDirectory(prefix="agora-scale-", dir=base) as tmp:
+            group = Group(Path(tmp), agents=0, election_timeout=args.election_timeout)
+            try:
+                result["sockets"] = asyncio.run(
+                    run_sockets(group, agents, args.frameworks, args.tasks, args.kills)
+                )
+            finally:
+                _say("stopping the masters")
+                with contextlib.suppress(Exception):
+                    result.setdefault("step_downs_at_exit", step_downs(group))
+                group.close()
+    sizes = (
+        [int(s) for s in args.core_sizes.split(",") if s]
+        if args.core_sizes is not None
+        else [args.agents, 20_000]
+    )
+    result["core"] = []
+    for n, size in enumerate(sizes):
+        _say(f"core phase: {size} agents")
+        result["core"].append(run_core(size, args.frameworks, args.tasks, memory=n == 0))
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
