@@ -85,6 +85,62 @@ async def _wait(
         await asyncio.sleep(0.01)
 
 
+def step_downs(group: Group) -> int:
+    """Leaders of ``group`` that lost the lead without being killed (from the masters' logs)."""
+    return sum(
+        log.read_text(errors="replace").count("leadership_lost")
+        for log in (group.work_dir / "logs").glob("master-*.log")
+    )
+
+
+@dataclass(frozen=True)
+class KillRound:
+    """Seconds from a leader's SIGKILL until each step of the way back."""
+
+    elected: float  # a survivor is the active leader at a higher epoch
+    reregistered: float  # the last simulated agent was answered AGENT_REREGISTERED
+    all_active: float  # the new leader counts every agent ACTIVE
+
+    def __str__(self) -> str:
+        return (
+            f"elected {self.elected:.3f}s, re-registered {self.reregistered:.3f}s, "
+            f"all ACTIVE {self.all_active:.3f}s"
+        )
+
+
+async def kill_round(
+    group: Group, probe: Probe, sim: SimPeers, leader: Leader, agents: int
+) -> KillRound:
+    """SIGKILL the leader, move ``sim`` to the one elected next, wait for all ``agents`` back,
+    then restart the killed master and wait until it follows; ``leader`` is updated."""
+    old = leader.endpoint
+    victim = group.master_at(old)
+    survivors = [e for e in group.endpoints if e != old]
+    killed_at = time.perf_counter()
+    victim.kill()
+    deadline = killed_at + _ROUND_TIMEOUT
+    info = await probe.wait_leader(survivors, leader.epoch, deadline)
+    elected = time.perf_counter() - killed_at
+    assert info.leader is not None
+    leader.endpoint, leader.epoch = info.leader, info.epoch
+    sim.follow(leader.endpoint)
+    await _wait(
+        lambda: sim.following == leader.endpoint and sim.reregistered == agents,
+        deadline,
+        "re-registration",
+        sim,
+        probe,
+        leader,
+    )
+    at = await probe.wait_active_agents(leader.endpoint, agents, deadline, killed_at, every=0.25)
+    victim.start()
+    await probe.wait_follower(
+        old, leader.endpoint, leader.epoch, time.perf_counter() + _ROUND_TIMEOUT
+    )
+    group.check_alive()
+    return KillRound(elected, sim.last_reregistered_at - killed_at, at - killed_at)
+
+
 async def run_scale(group: Group, count: int, kills: int) -> dict[str, Any]:
     requested = count
     fd_limit = raise_fd_limit(count)
@@ -122,41 +178,11 @@ async def run_scale(group: Group, count: int, kills: int) -> dict[str, Any]:
             )
             print(f"{count} agents registered in {register_s:.1f}s", file=sys.stderr)
             for n in range(kills):
-                old = leader.endpoint
-                victim = group.master_at(old)
-                survivors = [e for e in group.endpoints if e != old]
-                killed_at = time.perf_counter()
-                victim.kill()
-                deadline = killed_at + _ROUND_TIMEOUT
-                info = await probe.wait_leader(survivors, leader.epoch, deadline)
-                elected.append(time.perf_counter() - killed_at)
-                assert info.leader is not None
-                leader.endpoint, leader.epoch = info.leader, info.epoch
-                sim.follow(leader.endpoint)
-                await _wait(
-                    lambda: sim.following == leader.endpoint and sim.reregistered == count,
-                    deadline,
-                    "re-registration",
-                    sim,
-                    probe,
-                    leader,
-                )
-                reregistered.append(sim.last_reregistered_at - killed_at)
-                at = await probe.wait_active_agents(
-                    leader.endpoint, count, deadline, killed_at, every=0.25
-                )
-                in_state.append(at - killed_at)
-                print(
-                    f"kill {n + 1}/{kills}: elected {elected[-1]:.3f}s, "
-                    f"reregistered {reregistered[-1]:.3f}s, in state {in_state[-1]:.3f}s",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                victim.start()
-                await probe.wait_follower(
-                    old, leader.endpoint, leader.epoch, time.perf_counter() + _ROUND_TIMEOUT
-                )
-                group.check_alive()
+                round_ = await kill_round(group, probe, sim, leader, count)
+                elected.append(round_.elected)
+                reregistered.append(round_.reregistered)
+                in_state.append(round_.all_active)
+                print(f"kill {n + 1}/{kills}: {round_}", file=sys.stderr, flush=True)
         finally:
             sim.stop()
             sim.join(30)
@@ -170,10 +196,7 @@ async def run_scale(group: Group, count: int, kills: int) -> dict[str, Any]:
         "reregistered_s": percentiles(reregistered),
         "all_active_in_state_s": percentiles(in_state),
         "register_all_s": round(register_s, 3),
-        "step_downs": sum(
-            log.read_text(errors="replace").count("leadership_lost")
-            for log in (group.work_dir / "logs").glob("master-*.log")
-        ),
+        "step_downs": step_downs(group),
         "unforced_leader_changes": leader.changes,
         "election_timeout": group.election_timeout,
         "rlimit_nofile": fd_limit,

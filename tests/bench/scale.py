@@ -51,11 +51,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/bench for the 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ for support.*
 
 from _failover_procs import Group, Probe, percentiles
-from _failover_scale import Leader, _wait
+from _failover_scale import Leader, _wait, kill_round, step_downs
 from agora.sdk.logs import configure_logging
 from support.zmtp_sim import SimPeers
 
-_ROUND_TIMEOUT = 300.0
 _STORM_TIMEOUT = 600.0
 _FDS_RESERVED = 400  # a master's own: its peers, HTTP, logs, Raft files, ZeroMQ's threads
 _T0 = time.perf_counter()
@@ -135,13 +134,6 @@ def _metric(text: str, name: str) -> str:
     return found.group(1)
 
 
-def step_downs(group: Group) -> int:
-    return sum(
-        log.read_text(errors="replace").count("leadership_lost")
-        for log in (group.work_dir / "logs").glob("master-*.log")
-    )
-
-
 async def run_sockets(
     group: Group, agents: int, frameworks: int, tasks: int, kills: int
 ) -> dict[str, Any]:
@@ -190,39 +182,11 @@ async def run_sockets(
             out["allocation"] = allocation_runs(port_of[leader.endpoint])
             _say(f"leader RSS {out['leader_rss_mib']} MiB; /state {out['state_http_ms']}")
             for n in range(kills):
-                old = leader.endpoint
-                victim = group.master_at(old)
-                survivors = [e for e in group.endpoints if e != old]
-                killed_at = time.perf_counter()
-                victim.kill()
-                deadline = killed_at + _ROUND_TIMEOUT
-                info = await probe.wait_leader(survivors, leader.epoch, deadline)
-                elected.append(time.perf_counter() - killed_at)
-                assert info.leader is not None
-                leader.endpoint, leader.epoch = info.leader, info.epoch
-                sim.follow(leader.endpoint)
-                await _wait(
-                    lambda: sim.following == leader.endpoint and sim.reregistered == agents,
-                    deadline,
-                    "re-registration",
-                    sim,
-                    probe,
-                    leader,
-                )
-                reregistered.append(sim.last_reregistered_at - killed_at)
-                at = await probe.wait_active_agents(
-                    leader.endpoint, agents, deadline, killed_at, every=0.25
-                )
-                all_active.append(at - killed_at)
-                _say(
-                    f"kill {n + 1}/{kills}: elected {elected[-1]:.3f}s, re-registered "
-                    f"{reregistered[-1]:.3f}s, all ACTIVE {all_active[-1]:.3f}s"
-                )
-                victim.start()
-                await probe.wait_follower(
-                    old, leader.endpoint, leader.epoch, time.perf_counter() + _ROUND_TIMEOUT
-                )
-                group.check_alive()
+                round_ = await kill_round(group, probe, sim, leader, agents)
+                elected.append(round_.elected)
+                reregistered.append(round_.reregistered)
+                all_active.append(round_.all_active)
+                _say(f"kill {n + 1}/{kills}: {round_}")
             if kills:
                 pid = group.master_at(leader.endpoint).proc.pid  # type: ignore[union-attr]
                 out["leader_rss_after_kills_mib"] = rss_mib(pid)
