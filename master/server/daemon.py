@@ -30,6 +30,7 @@ import structlog
 import zmq
 from agora.master.core import Master, Send
 from agora.master.core.actions import Propose
+from agora.master.server.commits import Commits, Decided
 from agora.master.server.event_log import log_call
 from agora.master.server.gate import Gate, error_to
 from agora.master.server.inbox import Inbox
@@ -124,8 +125,14 @@ class MasterDaemon:
         self._bad_frame_log = KeyedLogLimiter(rate=3.0, burst=3, max_keys=256)
         self.stats.bad_frames_by_peer = lambda: self._bad_frame_log.counts(BAD_FRAME_TOP_PEERS)
         self._lock = asyncio.Lock()
-        #: A registry change took effect and no allocation has covered it yet.
-        self._burst_end_owed = False
+        #: Registry changes the election group decided, taking effect a few ms at a time.
+        self._commits = Commits(
+            current=lambda: self._core,
+            acting=self._acting_core,
+            take_effect=self._take_effect,
+            burst_done=self._end_burst,
+            budget=MAX_BATCH_SECONDS,
+        )
         self._stopped = asyncio.Event()
         #: Who was heard from when (monotonic), and which peers are other masters.
         self._peers = PeerTable()
@@ -193,6 +200,7 @@ class MasterDaemon:
         elif self._inbox.held:
             self._spawn(self._release_held(), "master-release-held")
         self._spawn(self._announce(), "master-announce")
+        self._commits.poke()
 
     async def _announce(self) -> None:
         """Tell every client we know where the leader is now (a push, so they need not poll)."""
@@ -233,6 +241,7 @@ class MasterDaemon:
         workers: list[asyncio.Task[None]] = [
             asyncio.create_task(self._receive_loop(), name="master-receive"),
             asyncio.create_task(self._tick_loop(), name="master-tick"),
+            asyncio.create_task(self._commits.run(), name="master-commits"),
         ]
         stopper = asyncio.create_task(self._stopped.wait(), name="master-stop")
         everything: list[asyncio.Task[Any]] = [*workers, stopper]
@@ -434,6 +443,7 @@ class MasterDaemon:
             if self._leadership is not None and self._leadership.node.error is not None:
                 # The election state could not be made durable: voting on would risk safety.
                 raise RuntimeError(f"election halted: {self._leadership.node.error}")
+            self._commits.poke()
             if self._inbox.held:
                 await self._release_held()
             core = self._acting_core()
@@ -485,37 +495,25 @@ class MasterDaemon:
         self._spawn(self._propose(action), "master-propose")
 
     async def _propose(self, action: Propose) -> None:
-        """Replicate one registry change, then let the core that asked act on the outcome."""
+        """Replicate one registry change; what the core that asked makes of the outcome takes
+        effect through :attr:`_commits`, in order, under the lease."""
         assert self._leadership is not None
         core = self._core
         committed = await self._leadership.propose(action.op)
-        # What the change causes (kills, offers) leaves only under the lease, like all else.
-        while core is not None and core is self._core and self._acting_core() is None:
-            await asyncio.sleep(self._tick_interval)
+        if core is not None:
+            self._commits.decided(Decided(core, action, committed))
+
+    async def _take_effect(self, decided: Decided) -> None:
         async with self._lock:
-            if core is None or core is not self._core:
-                return  # that term's core is gone; the next leader starts from the registry
             now = self._clock()
-            if committed:
-                actions = core.committed(action.seq, now)
-            else:
-                actions = core.abandoned(action.seq, now)
+            core, seq = decided.core, decided.action.seq
+            actions = core.committed(seq, now) if decided.committed else core.abandoned(seq, now)
             await self._outbox.perform(actions)
-        self._end_burst_soon()
 
-    def _end_burst_soon(self) -> None:
-        """Owe the core an end of burst: the commits of one election turn (thousands, in a
-        registration storm) take effect first, then one allocation covers them all; one per
-        commit would re-rank every framework thousands of times."""
-        if self._burst_end_owed:
-            return
-        self._burst_end_owed = True
-        self._spawn(self._end_owed_burst(), "master-end-burst")
-
-    async def _end_owed_burst(self) -> None:
-        await asyncio.sleep(0)  # behind the other commits already woken
+    async def _end_burst(self) -> None:
+        """One allocation for the registry changes that just took effect: one per change would
+        re-rank every framework thousands of times in a storm."""
         async with self._lock:
-            self._burst_end_owed = False
             core = self._acting_core()
             if core is None:
                 return

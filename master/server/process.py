@@ -16,7 +16,7 @@ import os
 import signal
 from dataclasses import replace
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Final
 
 import structlog
 import zmq
@@ -35,6 +35,13 @@ if TYPE_CHECKING:
 __all__ = ["serve"]
 
 log = structlog.get_logger(__name__)
+
+#: libzmq I/O threads behind the master's socket. One thread reads and writes every client
+#: connection and the other masters' too: with 10,000 agents re-registering at once it fell
+#: more than the election timeout behind, so the other masters' replies reached the leader too
+#: late and it lost its quorum under load it was otherwise keeping up with. Two share the
+#: connections between them (and are what this master needs up to 10,000 agents measured).
+IO_THREADS: Final = 2
 
 
 async def serve(settings: DaemonSettings) -> int:
@@ -70,7 +77,7 @@ async def _serve_locked(settings: DaemonSettings) -> int:
             "--curve-secret-key and --curve-authorized-keys",
         )
     try:
-        server = ZmqServer.bind(settings.bind, curve=curve)
+        server = ZmqServer.bind(settings.bind, curve=curve, io_threads=IO_THREADS)
     except (OSError, ValueError, zmq.ZMQError) as exc:
         log.error("bind_failed", bind=settings.bind, error=str(exc))
         return 1

@@ -34,10 +34,13 @@ _EVENTS: Final = int(zmq.EVENTS)
 Parts = list[bytes] | list[zmq.Frame]
 
 
-def make_context(context: zmq.asyncio.Context | None) -> tuple[zmq.asyncio.Context, bool]:
-    """The context to use and whether the transport owns (and must terminate) it."""
+def make_context(
+    context: zmq.asyncio.Context | None, io_threads: int = 1
+) -> tuple[zmq.asyncio.Context, bool]:
+    """The context to use and whether the transport owns (and must terminate) it; a context made
+    here has ``io_threads`` libzmq I/O threads."""
     if context is None:
-        return zmq.asyncio.Context(), True
+        return zmq.asyncio.Context(io_threads=io_threads), True
     if not isinstance(context, zmq.asyncio.Context):
         raise TypeError(f"context must be a zmq.asyncio.Context, not {type(context).__name__}")
     return context, False

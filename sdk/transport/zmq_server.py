@@ -60,10 +60,12 @@ class ZmqServer:
         curve: CurveServer | None = None,
         context: zmq.asyncio.Context | None = None,
         hwm: int = DEFAULT_HWM,
+        io_threads: int = 1,
     ) -> ZmqServer:
         """Bind a ROUTER to ``endpoint`` (``tcp://127.0.0.1:0`` picks a free port; read the real
-        one from :attr:`endpoint`). With ``curve``, a ZAP handler admits only authorized keys."""
-        ctx, owned = make_context(context)
+        one from :attr:`endpoint`). With ``curve``, a ZAP handler admits only authorized keys.
+        ``io_threads``: libzmq I/O threads of the context made here (not of ``context``)."""
+        ctx, owned = make_context(context, io_threads)
         auth = None
         sock = None
         try:
