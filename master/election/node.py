@@ -7,9 +7,13 @@ Readies in the order :mod:`agora.master.election.types` prescribes: everything d
 whole batch is written and covered by one fsync (in a thread, so the event loop keeps serving)
 before any of the batch's messages leaves, and committed entries are applied last.
 
-Peer messages arrive through :meth:`ElectionNode.receive`, called by the master's ROUTER loop.
-They leave through one DEALER per other member with a small queue: a message that does not fit,
-or whose peer is down, is dropped; Raft sends it again.
+Requests (votes, appends, snapshots) leave through one DEALER per other member with a small
+queue: a message that does not fit, or whose peer is down, is dropped; Raft sends it again. They
+arrive through :meth:`ElectionNode.receive`, called by the master's ROUTER loop, together with a
+way back over the connection they came in on: the answer takes it. So a leader reads its
+followers' answers off its own DEALERs, in its own ZeroMQ context, and never off the ROUTER it
+shares with thousands of agents and frameworks: a registration storm queued there must not delay
+the acknowledgements that keep its lease.
 """
 
 from __future__ import annotations
@@ -38,13 +42,13 @@ from agora.sdk.messages import (
     VoteReply,
     VoteRequest,
 )
-from agora.sdk.transport import TransportClosed, ZmqClient
+from agora.sdk.transport import Received, TransportClosed, ZmqClient
 from msgspec.structs import replace
 
 if TYPE_CHECKING:
     from agora.sdk.transport import CurveClient
 
-__all__ = ["ElectionNode", "ElectionStatus", "MemberStatus", "NotLeader"]
+__all__ = ["ElectionNode", "ElectionStatus", "MemberStatus", "NotLeader", "Reply"]
 
 log = structlog.get_logger(__name__)
 
@@ -60,7 +64,15 @@ _PEER_MESSAGES: Final = (
     InstallSnapshot,
     SnapshotReply,
 )
+#: Requests: answered over the connection they came in on.
+_REQUESTS: Final = (AppendEntries, VoteRequest, InstallSnapshot)
+#: Answers: sent back the way their request came, when it is known.
+_ANSWERS: Final = (AppendReply, VoteReply, SnapshotReply)
 _STOP_GRACE: Final = 5.0
+
+#: A way back to the member that sent a request: queue a message on that connection, without
+#: waiting; False when it cannot (the connection is gone, or backed up).
+Reply = Callable[[Message, int], bool]
 
 
 class NotLeader(Exception):
@@ -97,9 +109,12 @@ class _Proposal:
 
 
 class PeerLink(Protocol):
-    """What a node needs of its link to another member: a send that never waits."""
+    """What a node needs of its link to another member: a send that never waits, and the answers
+    that member sends back over it."""
 
     def try_send(self, message: Message, epoch: int = 0) -> bool: ...
+
+    async def recv(self) -> Received: ...
 
     def close(self) -> None: ...
 
@@ -147,6 +162,9 @@ class ElectionNode:
         self._context: zmq.asyncio.Context | None = None
         self._peer_link = peer_link
         self._peers: dict[str, PeerLink] = {}
+        #: Per other member, the way back over the connection its latest request came in on.
+        self._replies: dict[str, Reply] = {}
+        self._listeners: list[asyncio.Task[None]] = []
         self._inbox: list[Message | _Proposal] = []
         self._wake = asyncio.Event()
         self._worker: asyncio.Task[None] | None = None
@@ -196,7 +214,12 @@ class ElectionNode:
                     curve=self._curve,
                     context=self._context,
                     hwm=PEER_HWM,
+                    immediate=True,  # Raft resends: a member back up needs no stale backlog
                 )
+        self._listeners = [
+            asyncio.create_task(self._listen(member, link), name=f"election answers of {member}")
+            for member, link in self._peers.items()
+        ]
         self._next_tick = asyncio.get_running_loop().time()
         self._worker = asyncio.create_task(self._run(), name=f"election {self.config.node_id}")
         log.info(
@@ -220,9 +243,16 @@ class ElectionNode:
                     await self._worker
             self._worker = None
         self._fail_pending(lambda _term: True)
+        for listener in self._listeners:
+            listener.cancel()
+        for listener in self._listeners:
+            with contextlib.suppress(asyncio.CancelledError):
+                await listener
+        self._listeners = []
         for peer in self._peers.values():
             peer.close()
         self._peers.clear()
+        self._replies.clear()
         if self._context is not None:
             self._context.destroy(linger=0)
             self._context = None
@@ -286,12 +316,15 @@ class ElectionNode:
             self.role, self.term, self.leader_id, self.commit_index, tuple(members)
         )
 
-    def receive(self, message: Message) -> None:
-        """A peer message the master's ROUTER received; anything else is ignored."""
+    def receive(self, message: Message, reply: Reply | None = None) -> None:
+        """A peer message the master's ROUTER received; anything else is ignored. ``reply``: the
+        way back over the connection it came in on, which the answer to a request takes."""
         if self._core is None or self._halted() or not isinstance(message, _PEER_MESSAGES):
             return
         if message.sender not in self._others:
             return
+        if reply is not None and isinstance(message, _REQUESTS):
+            self._replies[message.sender] = reply
         self._heard[message.sender] = self._clock()
         if isinstance(message, AppendEntries):
             self._http_of[message.sender] = message.leader_http
@@ -414,10 +447,38 @@ class ElectionNode:
         if self.http_url and isinstance(message, AppendEntries):
             message = replace(message, leader_http=self.http_url)
         try:
+            if isinstance(message, _ANSWERS) and self._answer(member, message):
+                return
             if not peer.try_send(message, epoch=self.term):
                 log.debug("election_message_dropped", peer=member, message=message.NAME)
         except (ProtocolError, TransportClosed) as exc:
             log.warning("election_send_failed", peer=member, message=message.NAME, error=str(exc))
+
+    def _answer(self, member: str, message: Message) -> bool:
+        """Send an answer back the way ``member``'s request came; False when that way is not
+        known or not open (the answer then takes this node's own link to ``member``)."""
+        reply = self._replies.get(member)
+        if reply is None:
+            return False
+        try:
+            if reply(message, self.term):
+                return True
+        except TransportClosed:
+            pass
+        del self._replies[member]  # gone: the next request brings a new way back
+        return False
+
+    async def _listen(self, member: str, link: PeerLink) -> None:
+        """Hand the node what ``member`` sends back over this node's own link to it: the answers
+        to this node's requests. Only that member's answers count on its link."""
+        while True:
+            try:
+                received = await link.recv()
+            except TransportClosed:
+                return
+            message = received.message
+            if isinstance(message, _ANSWERS) and message.sender == member:
+                self.receive(message)
 
     def _restore(self, snapshot: Snapshot) -> None:
         self._restore_cb(snapshot.data)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import Callable, Collection, Coroutine
 from typing import Any, Final
@@ -363,7 +364,7 @@ class MasterDaemon:
         if not self._gate.admits_election(peer, message, principal, time.monotonic()):
             return
         self._peers.electing(peer)
-        self._leadership.receive(message)
+        self._leadership.receive(message, functools.partial(self._server.try_send, peer))
 
     def _may_elect(self, principal: str | None) -> bool:
         return self._gate.may_elect(principal)

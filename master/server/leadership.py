@@ -19,7 +19,7 @@ from pathlib import Path
 
 import structlog
 from agora.master.core import Master, MasterConfig
-from agora.master.election.node import ElectionNode, NotLeader
+from agora.master.election.node import ElectionNode, NotLeader, Reply
 from agora.master.election.storage import RaftStorage
 from agora.master.election.types import RaftConfig, Role
 from agora.master.registry import Operation, Registry, decode_operation, encode_operation
@@ -87,8 +87,10 @@ class Leadership:
         await self.node.stop()
         self.core = None
 
-    def receive(self, message: Message) -> None:
-        self.node.receive(message)
+    def receive(self, message: Message, reply: Reply | None = None) -> None:
+        """An election message off the master's socket; ``reply``: the way back to its sender
+        over the connection it came in on."""
+        self.node.receive(message, reply)
 
     def about_to_lead(self) -> bool:
         """Not active yet, but will be in a moment without anyone else's say: this master won

@@ -1,7 +1,8 @@
 """Messages between masters (Raft election and log replication) and leader detection.
 
 Masters are named by their client endpoint as written in ``--masters`` (``tcp://host:port``); every
-master-to-master message carries its ``sender`` so a reply can go back on the replier's own link.
+master-to-master message carries its ``sender``: a request's answer goes back over the
+connection the request came in on, or, when that is gone, over the replier's own link.
 Entries of the replicated log carry opaque bytes: an encoded registry operation, or nothing for the
 no-op a new leader commits in its term.
 

@@ -66,6 +66,10 @@ class Server(Protocol):
         """
         ...
 
+    def try_send(self, peer: str, message: Message, epoch: int = 0) -> bool:
+        """:meth:`send` for callers outside a coroutine: it never waits."""
+        ...
+
     def close(self) -> None: ...
 
 

@@ -88,6 +88,9 @@ class InprocServer:
     async def send(self, peer: str, message: Message, epoch: int = 0) -> bool:
         return self.send_raw(peer, encode(message, epoch=epoch))
 
+    def try_send(self, peer: str, message: Message, epoch: int = 0) -> bool:
+        return self.send_raw(peer, encode(message, epoch=epoch))
+
     def send_raw(self, peer: str, frame: bytes) -> bool:
         """Deliver an already-encoded (or deliberately broken) frame to ``peer``."""
         if self.closed:

@@ -84,11 +84,14 @@ class ZmqClient:
         on_disconnected: Callback | None = None,
         hwm: int = DEFAULT_HWM,
         reconnect_max: float = RECONNECT_IVL_MAX_MS / 1000,
+        immediate: bool = False,
     ) -> ZmqClient:
         """Connect a DEALER to ``endpoint``; must be called with a running event loop.
 
         While the server is unreachable ZeroMQ retries the connection after 0.1 s, doubling the
-        wait up to ``reconnect_max`` seconds."""
+        wait up to ``reconnect_max`` seconds. With ``immediate``, nothing queues while the link
+        is down: a send then fails as at the high-water mark (for senders that resend anyway, to
+        whom a backlog of stale messages would arrive late)."""
         asyncio.get_running_loop()  # fail fast, before any socket exists
         ctx, owned = make_context(context)
         sock = None
@@ -96,7 +99,7 @@ class ZmqClient:
             sock = new_socket(ctx, zmq.DEALER, hwm)
             sock.setsockopt(zmq.RECONNECT_IVL, RECONNECT_IVL_MS)
             sock.setsockopt(zmq.RECONNECT_IVL_MAX, max(RECONNECT_IVL_MS, int(reconnect_max * 1000)))
-            sock.setsockopt(zmq.IMMEDIATE, 0)
+            sock.setsockopt(zmq.IMMEDIATE, 1 if immediate else 0)
             if curve is not None:
                 curve.configure_socket(sock)
             client = cls(sock, endpoint, ctx, owned, on_connected, on_disconnected)

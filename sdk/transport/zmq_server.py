@@ -119,6 +119,10 @@ class ZmqServer:
     async def send(self, peer: str, message: Message, epoch: int = 0) -> bool:
         """Queue ``message`` to ``peer``; False when the peer is unknown or gone, or when its
         queue is at the high-water mark (the message is dropped: never blocks on one peer)."""
+        return self.try_send(peer, message, epoch)
+
+    def try_send(self, peer: str, message: Message, epoch: int = 0) -> bool:
+        """:meth:`send`, callable outside a coroutine (it never waits anyway)."""
         frame = encode(message, epoch=epoch)
         try:
             routing_id = bytes.fromhex(peer)

@@ -55,6 +55,8 @@ class Member:
     applied: list[LogEntry] = field(default_factory=list)
     restores: int = 0
     terms: list[int] = field(default_factory=list)
+    #: The names of the messages its ROUTER received.
+    seen: list[str] = field(default_factory=list)
 
     def apply(self, entry: LogEntry) -> None:
         self.applied.append(entry)
@@ -79,9 +81,15 @@ class Member:
 
 class Cluster:
     def __init__(
-        self, tmp_path: Path, storage: type[RaftStorage] = RaftStorage, **node_options: Any
+        self,
+        tmp_path: Path,
+        storage: type[RaftStorage] = RaftStorage,
+        *,
+        answer_back: bool = True,
+        **node_options: Any,
     ) -> None:
         self.tmp_path = tmp_path
+        self.answer_back = answer_back
         self.storage = storage
         self.node_options = node_options
         self.members: list[Member] = []
@@ -115,7 +123,9 @@ class Cluster:
         )
         await node.start()
         member.node = node
-        member.forwarder = asyncio.create_task(forward(member.server, node))
+        member.forwarder = asyncio.create_task(
+            forward(member.server, node, answer_back=self.answer_back, seen=member.seen)
+        )
 
     async def stop_node(self, member: Member) -> None:
         if member.forwarder is not None:
@@ -221,6 +231,42 @@ def test_replication_failover_and_restart_with_catch_up_by_snapshot(tmp_path: Pa
     run(main())
 
 
+@pytest.mark.parametrize("answer_back", [True, False], ids=["answers-back", "own-links"])
+def test_answers_come_back_over_the_connection_their_request_came_in_on(
+    tmp_path: Path, answer_back: bool
+) -> None:
+    """A leader's ROUTER also serves every agent and framework: the acknowledgements that keep
+    its lease must not queue behind them there. Followers answer over the connection a request
+    came in on (the leader's own DEALER); without that way back, over their own links."""
+
+    async def main() -> None:
+        cluster = Cluster(tmp_path, answer_back=answer_back)
+        try:
+            await cluster.start(**FAST)
+            leader = await cluster.await_leader()
+            indices = await asyncio.gather(
+                *(leader.running.propose(f"e{i}".encode(), timeout=5.0) for i in range(30))
+            )
+            await until(
+                lambda: all(m.running.last_applied >= max(indices) for m in cluster.members),
+                5.0,
+                "every member applies the entries",
+            )
+            await asyncio.sleep(0.3)  # several heartbeat rounds, each answered
+            assert leader.running.lease_valid()
+            followers = [m for m in cluster.members if m is not leader]
+            assert all(AppendEntries.NAME in m.seen for m in followers)
+            answers_at_leader = leader.seen.count(AppendReply.NAME)
+            if answer_back:
+                assert answers_at_leader == 0, leader.seen[-10:]
+            else:
+                assert answers_at_leader >= 10
+        finally:
+            await cluster.close()
+
+    run(main())
+
+
 def test_follower_refuses_and_a_minority_leader_times_out(tmp_path: Path) -> None:
     async def main() -> None:
         cluster = Cluster(tmp_path, source_host="127.0.0.1")
@@ -314,19 +360,16 @@ def test_no_message_leaves_before_what_it_depends_on_is_durable(
         node = member.running
         disk = node._storage
         assert isinstance(disk, RecordingStorage)
-        for to, client in node._peers.items():
-            send = client.try_send
+        send = node._send  # where every message leaves, over either way to its member
 
-            def checked_send(
-                message: Message, epoch: int = 0, *, to: str = to, send: Any = send
-            ) -> bool:
-                checked[message.NAME] = checked.get(message.NAME, 0) + 1
-                problem = not_yet_durable(member.endpoint, to, message, disk)
-                if problem is not None:
-                    violations.append(f"{member.endpoint} -> {to}: {problem}")
-                return bool(send(message, epoch))
+        def checked_send(to: str, message: Message) -> None:
+            checked[message.NAME] = checked.get(message.NAME, 0) + 1
+            problem = not_yet_durable(member.endpoint, to, message, disk)
+            if problem is not None:
+                violations.append(f"{member.endpoint} -> {to}: {problem}")
+            send(to, message)
 
-            monkeypatch.setattr(client, "try_send", checked_send)
+        monkeypatch.setattr(node, "_send", checked_send)
 
     async def main() -> None:
         cluster = Cluster(tmp_path, storage=RecordingStorage, snapshot_every=15)
