@@ -194,7 +194,7 @@ def _add(
     st.absent_frameworks.pop(framework_id, None)
     fw = Framework(framework_id=framework_id, info=info, peer=sender, subscribed_at=now)
     # Tasks reported by re-registered agents before the framework came back.
-    fw.tasks = {key for key in st.tasks if key[0] == framework_id}
+    fw.tasks = st.claim_tasks(framework_id)
     _bind_peer(st, fw, sender)
     st.frameworks[framework_id] = fw
     st.allocator.add_framework(
@@ -318,7 +318,7 @@ def remove_absent(
         if framework_id in st.frameworks:
             return  # it came back meanwhile (only possible while this was committing)
         agents_with_tasks: set[AgentID] = set()
-        for key in sorted(k for k in st.tasks if k[0] == framework_id):
+        for key in sorted(st.unclaimed_tasks.get(framework_id, ())):
             task = st.tasks[key]
             agents_with_tasks.add(task.agent_id)
             if not is_terminal(task.state):

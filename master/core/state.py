@@ -191,6 +191,10 @@ class MasterState:
     #: The most recently removed frameworks with their completed tasks, for operators (bounded).
     completed_frameworks: deque[Framework] = field(default_factory=deque)
     tasks: dict[TaskKey, Task] = field(default_factory=dict)
+    #: The keys in ``tasks`` of frameworks not subscribed to this master (yet): agents report
+    #: them as they re-register after a failover, and the framework takes them as it comes
+    #: back, without a walk over every task.
+    unclaimed_tasks: dict[FrameworkID, set[TaskKey]] = field(default_factory=dict)
     offers: dict[OfferID, OutstandingOffer] = field(default_factory=dict)
     outbox: list[Action] = field(default_factory=list)
     #: What the shell should log (bounded: a shell that never asks loses the oldest).
@@ -306,6 +310,8 @@ class MasterState:
         fw = self.frameworks.get(task.framework_id)
         if fw is not None:
             fw.tasks.add(key)
+        else:
+            self.unclaimed_tasks.setdefault(task.framework_id, set()).add(key)
 
     def forget_task(self, key: TaskKey) -> Task | None:
         task = self.tasks.pop(key, None)
@@ -319,7 +325,18 @@ class MasterState:
         fw = self.frameworks.get(task.framework_id)
         if fw is not None:
             fw.tasks.discard(key)
+        else:
+            unclaimed = self.unclaimed_tasks.get(task.framework_id)
+            if unclaimed is not None:
+                unclaimed.discard(key)
+                if not unclaimed:
+                    del self.unclaimed_tasks[task.framework_id]
         return task
+
+    def claim_tasks(self, framework_id: FrameworkID) -> set[TaskKey]:
+        """The keys of ``framework_id``'s tasks known before it subscribed, taken out of the
+        unclaimed ones (for its :class:`Framework` record)."""
+        return self.unclaimed_tasks.pop(framework_id, set())
 
     def recover(
         self,

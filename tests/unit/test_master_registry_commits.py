@@ -209,6 +209,36 @@ def test_a_framework_that_never_comes_back_after_failover_loses_its_tasks() -> N
     assert [m.task_id for m in messages(out, KillTask)] == ["t1"]  # type: ignore[attr-defined]
     assert fid in master.state.removed_frameworks
     assert master.state.allocator.available(AgentID("e1-A1")) == INFO.resources
+    assert not master.state.tasks and not master.state.unclaimed_tasks
+
+
+def test_a_framework_back_after_failover_takes_the_tasks_its_agents_reported() -> None:
+    registry = Registry()
+    back, away = FrameworkID("e1-F1"), FrameworkID("e1-F2")
+    for fid in (back, away):
+        entry = FrameworkEntry(framework_id=fid, name="fw", roles=("*",))
+        registry.apply(UpsertFramework(framework=entry))
+    registry.apply(AdmitAgent(agent=AgentEntry(agent_id=AgentID("e1-A1"), hostname="h1")))
+    master = Master(REPLICATED, registry=registry, now=0.0)
+
+    def running(fid: FrameworkID, task_id: str) -> AgentTask:
+        task = TaskInfo(
+            name=task_id,
+            task_id=task_id,
+            resources=Resources.parse("cpus:1;mem:64"),
+            agent_id="e1-A1",
+        )
+        return AgentTask(framework_id=fid, task=task, state=TaskState.RUNNING, role="*")
+
+    tasks = (running(back, "t1"), running(away, "t2"), running(back, "t3"))
+    master.handle("a1", ReregisterAgent(agent_id=AgentID("e1-A1"), agent_info=INFO, tasks=tasks), 1)
+    st = master.state
+    assert st.unclaimed_tasks == {back: {(back, "t1"), (back, "t3")}, away: {(away, "t2")}}
+    info = FrameworkInfo(name="fw", framework_id=back)
+    out = master.handle("fw", Subscribe(framework_info=info), 2.0)
+    assert not proposals(out) and messages(out, Subscribed)  # back unchanged: no commit
+    assert st.frameworks[back].tasks == {(back, "t1"), (back, "t3")}
+    assert st.unclaimed_tasks == {away: {(away, "t2")}}
 
 
 def test_an_agent_back_while_its_unreachable_mark_commits_waits_for_it() -> None:
