@@ -295,15 +295,7 @@ class MasterDaemon:
             finally:
                 self._outbox.in_burst = False
             # One event-triggered allocation for the whole burst, not one per message.
-            core = self._acting_core()
-            async with self._lock:
-                if core is not None:
-                    allocating = time.perf_counter()
-                    actions = core.end_burst(self._clock())
-                    self.stats.observe_allocation(time.perf_counter() - allocating)
-                    await self._outbox.perform(actions)
-                else:
-                    await self._outbox.release_batches()
+            await self._end_burst(release=True)
             if backlog or clock() - started >= MAX_BATCH_SECONDS:
                 await asyncio.sleep(0)  # let the election worker and the ticker run
 
@@ -511,14 +503,17 @@ class MasterDaemon:
             actions = core.committed(seq, now) if decided.committed else core.abandoned(seq, now)
             await self._outbox.perform(actions)
 
-    async def _end_burst(self) -> None:
-        """One allocation for the registry changes that just took effect: one per change would
-        re-rank every framework thousands of times in a storm."""
+    async def _end_burst(self, *, release: bool = False) -> None:
+        """One allocation for a burst of client messages, or of registry changes that just took
+        effect: one per message would re-rank every framework thousands of times in a storm.
+        With ``release``, what was held for peers that read batches leaves even when this
+        master may not act now."""
         async with self._lock:
             core = self._acting_core()
-            if core is None:
-                return
-            started = time.perf_counter()
-            actions = core.end_burst(self._clock())
-            self.stats.observe_allocation(time.perf_counter() - started)
-            await self._outbox.perform(actions)
+            if core is not None:
+                started = time.perf_counter()
+                actions = core.end_burst(self._clock())
+                self.stats.observe_allocation(time.perf_counter() - started)
+                await self._outbox.perform(actions)
+            elif release:
+                await self._outbox.release_batches()
