@@ -76,6 +76,7 @@ Callback: TypeAlias = Literal[
     "launch_task_group",
     "kill_task",
     "framework_message",
+    "acknowledged",
     "error",
 ]
 
@@ -412,7 +413,7 @@ class ExecutorCore:
         if self._updates.pop(message.uuid, None) is None:
             return [Note("debug", "ack_for_unknown_update", (("task_id", message.task_id),))]
         self._tasks.pop(message.task_id, None)
-        return []
+        return [Invoke("acknowledged", (message.task_id, message.uuid))]
 
     def _on_shutdown(self, message: ShutdownExecutor) -> list[Action]:
         env = self._env

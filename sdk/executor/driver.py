@@ -169,14 +169,16 @@ class ExecutorDriver:
 
     # ----------------------------------------------------------------- calls
 
-    def send_status_update(self, status: TaskStatus) -> None:
+    def send_status_update(self, status: TaskStatus, *, keep_uuid: bool = False) -> None:
         """Send ``status`` to the agent, and again on re-registration until it is acknowledged.
 
-        Fills in ``uuid`` (fresh uuid4 bytes), ``timestamp`` (now), ``source`` (EXECUTOR),
-        ``executor_id`` and ``agent_id``. Raises :class:`ProtocolError` when the status breaks
-        its schema (e.g. an over-long message).
+        Fills in ``uuid`` (fresh uuid4 bytes, unless ``keep_uuid`` and the status has one: an
+        executor relaying another's updates keeps their ids), ``timestamp`` (now), ``source``
+        (EXECUTOR), ``executor_id`` and ``agent_id``. Raises :class:`ProtocolError` when the
+        status breaks its schema (e.g. an over-long message).
         """
-        actions = self._core.send_status_update(status, _uuid4(), time.time())
+        uuid = status.uuid if keep_uuid and status.uuid is not None else _uuid4()
+        actions = self._core.send_status_update(status, uuid, time.time())
         self._all_acked.clear()
         self._perform(actions)
 

@@ -59,6 +59,12 @@ class Executor:
         """``data`` sent by the framework's scheduler."""
         return None
 
+    def acknowledged(
+        self, driver: ExecutorDriver, task_id: TaskID, uuid: bytes
+    ) -> Awaitable[None] | None:
+        """The framework acknowledged the update ``uuid`` of ``task_id``: it is not sent again."""
+        return None
+
     def shutdown(self, driver: ExecutorDriver) -> Awaitable[None] | None:
         """Kill every task (reporting their terminal states); the driver stops afterwards."""
         return None

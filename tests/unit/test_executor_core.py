@@ -215,7 +215,7 @@ def test_an_update_is_stamped_sent_when_registered_and_kept_until_acknowledged()
     assert status.uuid == (1).to_bytes(16, "big") and status.timestamp == 1_700_000_000.0
     assert message.update.framework_id == FRAMEWORK_ID
     assert not scene.core.all_acknowledged
-    assert scene.ack(message) == []
+    assert scene.ack(message) == [Invoke("acknowledged", (TaskID("t1"), status.uuid))]
     assert scene.core.all_acknowledged and scene.core.unacknowledged_updates == ()
     # the acknowledged task no longer rides in a re-registration; an unknown ack is noted
     assert noted(scene.ack(message)) == ["ack_for_unknown_update"]
