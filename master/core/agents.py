@@ -244,7 +244,7 @@ def _readmit(
         if task is None:
             task = _reported_task(st, agent_id, at)
             st.add_task(task)
-        task.state = at.state
+        st.set_task_state(task, at.state)
         task.reported_head, task.reported_uuid = at.status_state, at.status_uuid
         task.released = is_final(at.state)
         if key in previously and at.status_uuid is None:
@@ -312,7 +312,8 @@ def _vanished(st: MasterState, key: TaskKey, agent_id: AgentID, now: float) -> N
     fw = st.frameworks.get(task.framework_id)
     state = TaskState.GONE if fw is not None and fw.partition_aware else TaskState.LOST
     status = st.master_status(key[1], state, Reason.AGENT_RESTARTED, now, agent_id=agent_id)
-    task.state, task.status, task.released = state, status, True
+    st.set_task_state(task, state)
+    task.status, task.released = status, True
     st.send_framework(task.framework_id, Update(status=status))
     st.forget_task(key)
 
@@ -459,7 +460,8 @@ def _remove(st: MasterState, agent: Agent, now: float, *, by_operator: bool = Fa
             fw = st.frameworks.get(task.framework_id)
             state = gone if fw is not None and fw.partition_aware else TaskState.LOST
             status = st.master_status(key[1], state, reason, now, agent_id=agent.agent_id)
-            task.state, task.status = state, status
+            st.set_task_state(task, state)
+            task.status = status
             st.send_framework(task.framework_id, Update(status=status))
         complete(st, task)  # operators still see how it ended (agora tasks --all)
     del st.agents[agent.agent_id]

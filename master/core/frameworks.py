@@ -404,12 +404,12 @@ def _remove_now(st: MasterState, fw: Framework, now: float) -> None:
         if not is_terminal(task.state):
             kill = KillTask(framework_id=fw.framework_id, task_id=key[1], kill_id=st.mint("K"))
             st.send_agent(task.agent_id, kill)
-            task.state = TaskState.KILLED
+            st.set_task_state(task, TaskState.KILLED)
             task.status = st.master_status(
                 key[1], TaskState.KILLED, Reason.FRAMEWORK_REMOVED, now, agent_id=task.agent_id
             )
         st.forget_task(key)
-        fw.completed.append(task)
+        st.keep_completed(fw, task)
     for agent in st.agents.values():
         for exec_key in [k for k in agent.executors if k[0] == fw.framework_id]:
             del agent.executors[exec_key]
@@ -425,11 +425,7 @@ def _remove_now(st: MasterState, fw: Framework, now: float) -> None:
         del st.frameworks_by_peer[fw.peer]
     del st.frameworks[fw.framework_id]
     st.removed_frameworks.add(fw.framework_id)
-    while len(fw.completed) > st.config.max_completed_tasks_per_framework:
-        fw.completed.popleft()
-    st.completed_frameworks.append(fw)
-    while len(st.completed_frameworks) > st.config.max_completed_frameworks:
-        st.completed_frameworks.popleft()
+    st.keep_removed(fw)
 
 
 def on_suppress(st: MasterState, fw: Framework, msg: Suppress) -> None:

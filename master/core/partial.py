@@ -68,7 +68,7 @@ def select(st: MasterState, query: GetState) -> Selection:
         agents=[st.agents[aid] for _, _, aid in chosen],
         tasks=tasks,
         agents_total=len(st.agents),
-        tasks_total=len(st.tasks) + sum(len(fw.completed) for fw in _all_frameworks(st)),
+        tasks_total=st.tally.total(),
         agents_unreachable=unreachable,
         agents_draining=draining,
         resources_total=_scalars(total),

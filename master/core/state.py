@@ -16,6 +16,7 @@ from agora.master.allocator import Allocator
 from agora.master.core.actions import Action, Notice, Peer, Propose, Send
 from agora.master.core.config import MasterConfig
 from agora.master.core.maintenance_state import MaintenanceState
+from agora.master.core.tally import TaskTally
 from agora.master.registry import Operation, Registry
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, GangID, OfferID, TaskID
 from agora.sdk.messages import (
@@ -195,6 +196,8 @@ class MasterState:
     #: them as they re-register after a failover, and the framework takes them as it comes
     #: back, without a walk over every task.
     unclaimed_tasks: dict[FrameworkID, set[TaskKey]] = field(default_factory=dict)
+    #: ``tasks`` and the completed histories counted by state (see ``tally``).
+    tally: TaskTally = field(default_factory=TaskTally)
     offers: dict[OfferID, OutstandingOffer] = field(default_factory=dict)
     outbox: list[Action] = field(default_factory=list)
     #: What the shell should log (bounded: a shell that never asks loses the oldest).
@@ -302,6 +305,7 @@ class MasterState:
     def add_task(self, task: Task) -> None:
         key = task.key
         self.tasks[key] = task
+        self.tally.live[task.state] += 1
         if task.revocable:
             self.revocable_tasks.add(key)
         agent = self.agents.get(task.agent_id)
@@ -317,6 +321,7 @@ class MasterState:
         task = self.tasks.pop(key, None)
         if task is None:
             return None
+        self.tally.live[task.state] -= 1
         self.revocable_tasks.discard(key)
         self.reclaiming.discard(key)
         agent = self.agents.get(task.agent_id)
@@ -332,6 +337,29 @@ class MasterState:
                 if not unclaimed:
                     del self.unclaimed_tasks[task.framework_id]
         return task
+
+    def set_task_state(self, task: Task, state: TaskState) -> None:
+        """Move one of the master's tasks to ``state`` (every change of state goes here)."""
+        if self.tasks.get(task.key) is task:
+            live = self.tally.live
+            live[task.state] -= 1
+            live[state] += 1
+        task.state = state
+
+    def keep_completed(self, fw: Framework, task: Task) -> None:
+        """Keep a task that is over in ``fw``'s history (the oldest goes past the bound)."""
+        fw.completed.append(task)
+        self.tally.done[task.state] += 1
+        bound = self.config.max_completed_tasks_per_framework
+        while len(fw.completed) > bound:
+            self.tally.forget_done((fw.completed.popleft(),))
+
+    def keep_removed(self, fw: Framework) -> None:
+        """Keep a removed framework, with its history, among the completed frameworks (the
+        oldest goes past the bound)."""
+        self.completed_frameworks.append(fw)
+        while len(self.completed_frameworks) > self.config.max_completed_frameworks:
+            self.tally.forget_done(self.completed_frameworks.popleft().completed)
 
     def claim_tasks(self, framework_id: FrameworkID) -> set[TaskKey]:
         """The keys of ``framework_id``'s tasks known before it subscribed, taken out of the

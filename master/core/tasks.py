@@ -66,7 +66,7 @@ def on_status_update(st: MasterState, agent: Agent, msg: StatusUpdateMessage, no
         status = replace(status, agent_id=agent.agent_id)
     if task is not None:
         latest = update.latest_state or status.state
-        task.state = latest
+        st.set_task_state(task, latest)
         task.status = status
         if is_final(latest):
             # Resources are free as soon as the agent says so, before any acknowledgement.
@@ -131,9 +131,7 @@ def complete(st: MasterState, task: Task) -> None:
     st.forget_task(task.key)
     fw = st.frameworks.get(task.framework_id)
     if fw is not None:
-        fw.completed.append(task)
-        while len(fw.completed) > st.config.max_completed_tasks_per_framework:
-            fw.completed.popleft()
+        st.keep_completed(fw, task)
 
 
 def on_kill(st: MasterState, fw: Framework, msg: Kill, now: float) -> None:

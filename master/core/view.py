@@ -221,12 +221,7 @@ class StateView:
                 _add(used_milli, alloc.total(agent.agent_id).scalar_totals_milli(), 1)
                 _add(used_milli, alloc.available(agent.agent_id).scalar_totals_milli(), -1)
         connected = sum(1 for fw in st.frameworks.values() if fw.connected)
-        tasks = {state.value: 0 for state in TaskState}
-        for task in st.tasks.values():
-            tasks[task.state.value] += 1
-        for fw in (*st.frameworks.values(), *st.completed_frameworks):
-            for task in fw.completed:
-                tasks[task.state.value] += 1
+        tasks = st.tally.by_state()  # kept as tasks change: no walk over them
         return Counts(
             agents=agents,
             frameworks={

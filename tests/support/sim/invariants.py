@@ -38,7 +38,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 
 from agora.master.core import Master, Send
-from agora.master.core.state import AgentStatus
+from agora.master.core.state import AgentStatus, MasterState
 from agora.sdk.ids import AgentID, FrameworkID, OfferID
 from agora.sdk.messages import (
     ErrorCode,
@@ -274,6 +274,7 @@ class Invariants:
                 f"agent {aid}: available {_fmt(free)} + allocated {_fmt(held)} "
                 f"!= total {_fmt(total)}"
             )
+        _check_task_books(st)
         for fw in st.frameworks.values():
             if fw.connected:
                 bound = st.frameworks_by_peer.get(fw.peer) if fw.peer is not None else None
@@ -401,6 +402,29 @@ class Invariants:
             if problem is not None:
                 problems.append(f"{fw.name} task {task.task_id} on {task.agent_id}: {problem}")
         return problems
+
+
+def _check_task_books(st: MasterState) -> None:
+    """The running counts and the index of unclaimed tasks agree with the tasks themselves."""
+    live = Counter(task.state for task in st.tasks.values())
+    done = Counter(
+        task.state
+        for fw in (*st.frameworks.values(), *st.completed_frameworks)
+        for task in fw.completed
+    )
+    kept_live, kept_done = _nonzero(st.tally.live), _nonzero(st.tally.done)
+    assert kept_live == dict(live) and kept_done == dict(done), (
+        f"task tally live {kept_live} done {kept_done}, recounted {dict(live)} and {dict(done)}"
+    )
+    unclaimed = {key for key in st.tasks if key[0] not in st.frameworks}
+    indexed = {key for keys in st.unclaimed_tasks.values() for key in keys}
+    assert indexed == unclaimed and all(st.unclaimed_tasks.values()), (
+        f"unclaimed tasks indexed {sorted(indexed)}, recounted {sorted(unclaimed)}"
+    )
+
+
+def _nonzero(counts: Counter[TaskState]) -> dict[TaskState, int]:
+    return {state: n for state, n in counts.items() if n}  # (a negative count stays visible)
 
 
 def kill_problem(task: FwTask, partition_aware: bool) -> str | None:
