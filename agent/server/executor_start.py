@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import shlex
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -25,6 +26,7 @@ from agora.sdk.messages import ExecutorInfo
 
 __all__ = [
     "BUILTIN_EXECUTOR_ARGV",
+    "MESOS_BRIDGE_ARGV",
     "Account",
     "ExecutorStarter",
     "LaunchError",
@@ -39,6 +41,8 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 BUILTIN_EXECUTOR_ARGV: tuple[str, ...] = (sys.executable, "-m", "agora.agent.executors.command")
+#: Runs an executor that speaks the Mesos v1 executor HTTP API (its command line follows).
+MESOS_BRIDGE_ARGV: tuple[str, ...] = (sys.executable, "-m", "agora.agent.executors.mesos_bridge")
 
 #: Starts an executor in a container: (argv, env, sandbox, stdin, stdout, stderr, account) ->
 #: the pid to watch (a child of the agent, which is a subreaper). Raises on failure.
@@ -83,6 +87,9 @@ def executor_argv(info: ExecutorInfo, builtin: bool) -> list[str]:
     if builtin or runs_default_executor(info):
         return list(BUILTIN_EXECUTOR_ARGV)
     command = info.command
+    if info.mesos:  # the bridge runs the command, through the shell
+        line = command.value if command.shell and command.value else shlex.join(command.argv)
+        return [*MESOS_BRIDGE_ARGV, line or str(command.value)]
     if command.shell and command.value:
         return ["/bin/sh", "-c", command.value]
     return list(command.argv) if command.argv else [str(command.value)]

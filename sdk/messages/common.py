@@ -128,6 +128,9 @@ class ExecutorInfo(Record, frozen=True, kw_only=True):
     resources: Resources = msgspec.field(default_factory=Resources)
     name: str = ""
     container: ContainerInfo | None = None
+    #: The command speaks the Mesos v1 executor HTTP API (e.g. pymesos): the agent runs it
+    #: through the Mesos executor bridge (``agora.agent.executors.mesos_bridge``).
+    mesos: bool = False
 
 
 class TaskInfo(Record, frozen=True, kw_only=True):

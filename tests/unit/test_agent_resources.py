@@ -6,6 +6,7 @@ import os
 import shutil
 from pathlib import Path
 
+import msgspec
 import pytest
 from agora.agent.server import resources as res
 from agora.agent.server.config import OPTIONS, PROG, ConfigError, build, option_env_names
@@ -234,3 +235,11 @@ def test_executor_argv() -> None:
     ]
     # No command at all: Mesos's DEFAULT executor, i.e. ours.
     assert executor_argv(info(CommandInfo()), False)[1:] == ["-m", "agora.agent.executors.command"]
+    # A Mesos executor runs through the bridge, which runs its command line.
+    bridge = ["-m", "agora.agent.executors.mesos_bridge"]
+    mesos = msgspec.structs.replace(info(CommandInfo(value="./exec --x 1")), mesos=True)
+    assert executor_argv(mesos, False)[1:] == [*bridge, "./exec --x 1"]
+    argv = msgspec.structs.replace(
+        info(CommandInfo(argv=("./exec", "a b"), shell=False)), mesos=True
+    )
+    assert executor_argv(argv, False)[1:] == [*bridge, "./exec 'a b'"]

@@ -207,7 +207,15 @@ SPEC_RECORD_FIELDS: dict[str, tuple[str, ...]] = {
         "agent_id",
     ),
     "CommandInfo": ("value", "argv", "shell", "environment", "user", "uris"),
-    "ExecutorInfo": ("executor_id", "framework_id", "command", "resources", "name", "container"),
+    "ExecutorInfo": (
+        "executor_id",
+        "framework_id",
+        "command",
+        "resources",
+        "name",
+        "container",
+        "mesos",
+    ),
     "TaskInfo": (
         "task_id",
         "name",
