@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agora.master.core import Master
+from agora.master.server import mesos_operator
 from agora.master.server.http_access import HttpAccess, access_middleware
 from agora.master.server.http_calls import MAX_BODY, Operator, add_routes
 from agora.master.server.metrics import DaemonStats, count, make_registry
@@ -120,6 +121,7 @@ def make_app(
     app.router.add_get("/state", state)
     app.router.add_get("/state/summary", summary)
     app.router.add_get("/metrics", metrics)
+    mesos_operator.add_routes(app, core, stats, leader, redirect=redirect)
     if operator is not None:
         add_routes(app, operator, standby)
     return app

@@ -1,6 +1,6 @@
 """Who may use the master's operator HTTP API, and where a standby may send them.
 
-Everything but ``GET /health`` needs ``Authorization: Bearer TOKEN`` with a token from
+Everything but :data:`OPEN_PATHS` needs ``Authorization: Bearer TOKEN`` with a token from
 ``--http-credentials FILE`` (see :mod:`agora.sdk.daemon.http_auth`); the request is then made as
 that token's principal, which the ACL checks like a CURVE principal (operator calls), while any
 known token may read ``/state``, ``/state/summary`` and ``/metrics``. A master without credentials
@@ -32,8 +32,9 @@ log = structlog.get_logger("agora.master.http")
 
 #: The request key the caller's principal is stored under (unset: anonymous).
 PRINCIPAL: Final = web.RequestKey("agora_principal", str)
-#: Served to anyone: load balancers and `agora` itself find the leader through it.
-OPEN_PATHS: Final = frozenset({"/health"})
+#: Served to anyone: load balancers and `agora` itself find the leader through them; the Mesos
+#: ones are open on Mesos too (see :mod:`agora.master.server.mesos_operator`).
+OPEN_PATHS: Final = frozenset({"/health", "/version", "/master/health", "/master/redirect"})
 
 #: Sent with every 401.
 CHALLENGE: Final = {"WWW-Authenticate": 'Bearer realm="agora"'}

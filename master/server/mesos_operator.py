@@ -1,0 +1,105 @@
+"""Mesos-compatible operator endpoints on the master (a first slice of issue 21 item 3).
+
+- ``GET /version``: the Mesos API level Agora speaks (``1.11.0``); open, as on Mesos.
+- ``GET /master/health``: 200, empty body, on any running master (as Mesos); open.
+- ``GET /master/redirect``: 307 to ``//host:port`` of the leader (itself when it leads; a
+  standby only to a leader URL learnt over an authenticated link); 503 when none is known. Open.
+- ``GET /metrics/snapshot``: flat JSON with Mesos's metric names where Agora has counterparts;
+  needs the same access as ``/state``.
+
+The ``/master/state`` document and ``POST /api/v1`` are not here yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+from agora.master.core import Master
+from agora.master.core.view import SCALARS, Counts
+from agora.master.server.metrics import DaemonStats, count
+from aiohttp import web
+
+__all__ = ["MESOS_VERSION", "OPEN_PATHS", "add_routes", "snapshot"]
+
+#: The Mesos API level Agora speaks (what pymesos and other clients check).
+MESOS_VERSION: Final = "1.11.0"
+#: Served to anyone, as Mesos does.
+OPEN_PATHS: Final = frozenset({"/version", "/master/health", "/master/redirect"})
+
+
+def _tasks(c: Counts, state: str) -> int:
+    return c.tasks.get(state, 0) + c.tasks.get("TASK_" + state, 0)
+
+
+def snapshot(core: Master | None, stats: DaemonStats) -> dict[str, float]:
+    """``/metrics/snapshot``: Mesos metric names, from the core's counts (pure)."""
+    out: dict[str, float] = {
+        "master/elected": 1 if core is not None else 0,
+        "master/uptime_secs": float(stats.uptime()),
+    }
+    if core is None:
+        return out
+    c = count(core)
+    out["master/slaves_active"] = c.agents.get("ACTIVE", 0)
+    out["master/slaves_unreachable"] = c.agents.get("UNREACHABLE", 0)
+    out["master/slaves_disconnected"] = c.agents.get("DISCONNECTED", 0)
+    out["master/slaves_connected"] = c.agents.get("ACTIVE", 0) - c.agents.get("DISCONNECTED", 0)
+    out["master/frameworks_active"] = c.frameworks["active"]
+    out["master/frameworks_inactive"] = c.frameworks["inactive"]
+    out["master/frameworks_connected"] = c.frameworks["connected"]
+    out["master/frameworks_disconnected"] = c.frameworks["disconnected"]
+    out["master/outstanding_offers"] = c.offers
+    for state in (
+        "STAGING", "STARTING", "RUNNING", "KILLING", "FINISHED", "FAILED", "KILLED", "LOST",
+        "ERROR", "DROPPED", "GONE", "UNREACHABLE",
+    ):  # fmt: skip
+        out[f"master/tasks_{state.lower()}"] = _tasks(c, state)
+    for name in SCALARS:
+        total = c.total.get(name, 0.0)
+        used = c.allocated.get(name, 0.0)
+        out[f"master/{name}_total"] = total
+        out[f"master/{name}_used"] = used
+        out[f"master/{name}_percent"] = used / total if total else 0.0
+    return out
+
+
+def _host_port(url: str) -> str:
+    parts = urlsplit(url)
+    return "//" + parts.netloc
+
+
+def add_routes(
+    app: web.Application,
+    core: Callable[[], Master | None],
+    stats: DaemonStats,
+    leader: Callable[[], dict[str, Any]] | None = None,
+    *,
+    redirect: bool = False,
+) -> None:
+    """Add the Mesos operator routes to the master's operator ``app``."""
+
+    async def version(_: web.Request) -> web.StreamResponse:
+        return web.json_response(
+            {"version": MESOS_VERSION, "build_user": "agora", "git_tag": MESOS_VERSION}
+        )
+
+    async def health(_: web.Request) -> web.StreamResponse:
+        return web.Response(status=200)
+
+    async def master_redirect(request: web.Request) -> web.StreamResponse:
+        if core() is not None:
+            return web.Response(status=307, headers={"Location": "//" + request.host})
+        url = (leader() if leader is not None else {}).get("leader_http")
+        if url and redirect:
+            return web.Response(status=307, headers={"Location": _host_port(url)})
+        return web.Response(status=503, text="No leading master")
+
+    async def metrics_snapshot(_: web.Request) -> web.StreamResponse:
+        return web.json_response(snapshot(core(), stats))
+
+    app.router.add_get("/version", version)
+    app.router.add_get("/master/health", health)
+    app.router.add_get("/master/redirect", master_redirect)
+    app.router.add_get("/metrics/snapshot", metrics_snapshot)
