@@ -1,7 +1,8 @@
 """Who may use the master's operator HTTP API, and where a standby may send them.
 
 Everything but :data:`OPEN_PATHS` needs ``Authorization: Bearer TOKEN`` with a token from
-``--http-credentials FILE`` (see :mod:`agora.sdk.daemon.http_auth`); the request is then made as
+``--http-credentials FILE`` (or ``Basic`` with that token's principal and the token, as Mesos tools
+send; see :mod:`agora.sdk.daemon.http_auth`); the request is then made as
 that token's principal, which the ACL checks like a CURVE principal (operator calls), while any
 known token may read ``/state``, ``/state/summary`` and ``/metrics``. A master without credentials
 serves nothing but ``/health`` when CURVE is on (a token-less HTTP API would bypass the
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 import structlog
-from agora.sdk.daemon.http_auth import bearer_principal
+from agora.sdk.daemon.http_auth import header_principal
 from agora.sdk.daemon.ratelimit import KeyedLogLimiter
 from aiohttp import web
 from aiohttp.typedefs import Middleware
@@ -69,10 +70,12 @@ class HttpAccess:
                 "use a token from that file, or the CLI over CURVE",
                 CHALLENGE,
             )
-        principal = bearer_principal(authorization, self.tokens)
+        principal = header_principal(authorization, self.tokens)
         if principal is None:
             why = "unknown token" if authorization else "no token"
-            raise Refused(401, f"an Authorization: Bearer token is required ({why})", CHALLENGE)
+            raise Refused(
+                401, f"an Authorization: Bearer token (or Basic) is required ({why})", CHALLENGE
+            )
         return principal
 
 

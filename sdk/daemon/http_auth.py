@@ -9,13 +9,22 @@ in the file is one. The master ignores ``operators``: its ACL says who is an ope
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hmac
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["HttpCredentials", "bearer_principal", "load_credentials", "load_http_credentials"]
+__all__ = [
+    "HttpCredentials",
+    "basic_principal",
+    "bearer_principal",
+    "header_principal",
+    "load_credentials",
+    "load_http_credentials",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,3 +81,27 @@ def bearer_principal(header: str, tokens: Mapping[str, str]) -> str | None:
         if hmac.compare_digest(known.encode(), token.encode()):
             found = principal
     return found
+
+
+def basic_principal(header: str, tokens: Mapping[str, str]) -> str | None:
+    """The principal of an ``Authorization: Basic base64(principal:token)`` header (what Mesos
+    tools send): None when the header is missing, not Basic, malformed, the token unknown, or the
+    token another principal's. The token is compared as in :func:`bearer_principal`."""
+    scheme, _, encoded = header.partition(" ")
+    encoded = encoded.strip()
+    if scheme.lower() != "basic" or not encoded:
+        return None
+    try:
+        decoded = base64.b64decode(encoded, validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    user, sep, token = decoded.partition(":")
+    if not sep or not token:
+        return None
+    found = bearer_principal(f"Bearer {token}", tokens)
+    return found if found is not None and hmac.compare_digest(found, user) else None
+
+
+def header_principal(header: str, tokens: Mapping[str, str]) -> str | None:
+    """The principal of a Bearer or Basic ``Authorization`` header (None: not known)."""
+    return bearer_principal(header, tokens) or basic_principal(header, tokens)

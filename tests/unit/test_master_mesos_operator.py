@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -11,6 +12,7 @@ from agora.master.server import http_access, mesos_operator
 from agora.master.server.http import make_app
 from agora.master.server.http_access import OPEN, HttpAccess
 from agora.master.server.metrics import DaemonStats
+from agora.sdk.daemon.http_auth import basic_principal, header_principal
 from aiohttp.test_utils import TestClient, TestServer
 from test_master_http import _cluster
 
@@ -89,3 +91,39 @@ def test_metrics_snapshot_counts_the_cluster() -> None:
     assert snap["master/mem_total"] == 6144.0
     assert snap["master/cpus_used"] >= 1.0
     assert 0 < snap["master/cpus_percent"] <= 1
+
+
+def _basic(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+TOKENS = {"t" * 16: "ops", "u" * 16: "dev"}
+
+
+def test_basic_principal_needs_the_principal_and_its_own_token() -> None:
+    assert basic_principal(_basic("ops", "t" * 16), TOKENS) == "ops"
+    assert header_principal(_basic("dev", "u" * 16), TOKENS) == "dev"
+    assert header_principal("Bearer " + "t" * 16, TOKENS) == "ops"
+    assert basic_principal(_basic("dev", "t" * 16), TOKENS) is None, "another's token"
+    assert basic_principal(_basic("ops", "x" * 16), TOKENS) is None, "unknown token"
+    assert basic_principal(_basic("ops", ""), TOKENS) is None
+    assert basic_principal("Basic !!notbase64", TOKENS) is None
+    assert basic_principal("Basic " + base64.b64encode(b"no-colon").decode(), TOKENS) is None
+    assert basic_principal("", TOKENS) is None
+    assert basic_principal("Bearer " + "t" * 16, TOKENS) is None
+
+
+def test_http_basic_auth_is_accepted_and_wrong_pairs_refused() -> None:
+    h = _cluster()
+    locked = HttpAccess(tokens=TOKENS)
+
+    async def body(client: TestClient[Any, Any]) -> None:
+        for path in ("/state", "/metrics/snapshot"):
+            resp = await client.get(path, headers={"Authorization": _basic("ops", "t" * 16)})
+            assert resp.status == 200, path
+            for bad in ({"Authorization": _basic("dev", "t" * 16)}, {}):
+                resp = await client.get(path, headers=bad)
+                assert resp.status == 401, (path, bad)
+                assert "WWW-Authenticate" in resp.headers
+
+    _run(lambda: make_app(lambda: h.master, DaemonStats(), access=locked), body)
