@@ -7,7 +7,10 @@
 - ``GET /metrics/snapshot``: flat JSON with Mesos's metric names where Agora has counterparts;
   needs the same access as ``/state``.
 
-The ``/master/state`` document and ``POST /api/v1`` are not here yet.
+- ``POST /api/v1`` (JSON only; protobuf: 415): ``GET_HEALTH``, ``GET_VERSION``, ``GET_METRICS``
+  in the Mesos v1 operator API's shapes; other known call types 501, unknown ones 400.
+
+The ``/master/state`` document and the state calls of ``/api/v1`` are not here yet.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from agora.master.core.view import SCALARS, Counts
 from agora.master.server.metrics import DaemonStats, count
 from aiohttp import web
 
-__all__ = ["MESOS_VERSION", "OPEN_PATHS", "add_routes", "snapshot"]
+__all__ = ["MESOS_VERSION", "OPEN_PATHS", "add_routes", "operator_call", "snapshot"]
 
 #: The Mesos API level Agora speaks (what pymesos and other clients check).
 MESOS_VERSION: Final = "1.11.0"
@@ -65,6 +68,37 @@ def snapshot(core: Master | None, stats: DaemonStats) -> dict[str, float]:
     return out
 
 
+#: The Mesos v1 master call types (include/mesos/v1/master/master.proto) answered 501.
+V1_CALLS: Final = frozenset({
+    "GET_FLAGS", "GET_LOGGING_LEVEL", "SET_LOGGING_LEVEL", "LIST_FILES", "READ_FILE", "GET_STATE",
+    "GET_AGENTS", "GET_FRAMEWORKS", "GET_EXECUTORS", "GET_OPERATIONS", "GET_TASKS", "GET_ROLES",
+    "GET_WEIGHTS", "UPDATE_WEIGHTS", "GET_MASTER", "SUBSCRIBE", "RESERVE_RESOURCES",
+    "UNRESERVE_RESOURCES", "CREATE_VOLUMES", "DESTROY_VOLUMES", "GROW_VOLUME", "SHRINK_VOLUME",
+    "GET_MAINTENANCE_STATUS", "GET_MAINTENANCE_SCHEDULE", "UPDATE_MAINTENANCE_SCHEDULE",
+    "START_MAINTENANCE", "STOP_MAINTENANCE", "DRAIN_AGENT", "DEACTIVATE_AGENT",
+    "REACTIVATE_AGENT", "GET_QUOTA", "UPDATE_QUOTA", "SET_QUOTA", "REMOVE_QUOTA",
+    "TEARDOWN", "MARK_AGENT_GONE",
+})  # fmt: skip
+
+
+def operator_call(
+    call: Any, core: Master | None, stats: DaemonStats
+) -> tuple[int, dict[str, Any] | str]:
+    """A decoded ``/api/v1`` JSON body -> (HTTP status, JSON answer or error text). Pure."""
+    kind = call.get("type") if isinstance(call, dict) else None
+    if kind == "GET_HEALTH":
+        return 200, {"type": kind, "get_health": {"healthy": True}}
+    if kind == "GET_VERSION":
+        info = {"version": MESOS_VERSION, "build_user": "agora"}
+        return 200, {"type": kind, "get_version": {"version_info": info}}
+    if kind == "GET_METRICS":
+        metrics = [{"name": n, "value": v} for n, v in snapshot(core, stats).items()]
+        return 200, {"type": kind, "get_metrics": {"metrics": metrics}}
+    if isinstance(kind, str) and kind in V1_CALLS:
+        return 501, f"Agora does not serve the v1 operator call {kind} yet"
+    return 400, f"Failed to validate master::Call: unknown or missing 'type' {kind!r}"
+
+
 def _host_port(url: str) -> str:
     parts = urlsplit(url)
     return "//" + parts.netloc
@@ -99,7 +133,23 @@ def add_routes(
     async def metrics_snapshot(_: web.Request) -> web.StreamResponse:
         return web.json_response(snapshot(core(), stats))
 
+    async def api_v1(request: web.Request) -> web.StreamResponse:
+        if request.content_type != "application/json":
+            return web.Response(
+                status=415,
+                text=f"Agora serves /api/v1 as application/json only, not {request.content_type}",
+            )
+        try:
+            call = await request.json()
+        except ValueError:
+            return web.Response(status=400, text="Failed to parse body into JSON")
+        status, answer = operator_call(call, core(), stats)
+        if isinstance(answer, str):
+            return web.Response(status=status, text=answer)
+        return web.json_response(answer, status=status)
+
     app.router.add_get("/version", version)
+    app.router.add_post("/api/v1", api_v1)
     app.router.add_get("/master/health", health)
     app.router.add_get("/master/redirect", master_redirect)
     app.router.add_get("/metrics/snapshot", metrics_snapshot)

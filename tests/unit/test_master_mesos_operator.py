@@ -127,3 +127,31 @@ def test_http_basic_auth_is_accepted_and_wrong_pairs_refused() -> None:
                 assert "WWW-Authenticate" in resp.headers
 
     _run(lambda: make_app(lambda: h.master, DaemonStats(), access=locked), body)
+
+
+def test_api_v1_answers_mesos_shapes_and_refuses_the_rest() -> None:
+    h = _cluster()
+    auth = {"Authorization": "Bearer " + "t" * 16}
+
+    async def body(client: TestClient[Any, Any]) -> None:
+        async def call(payload: Any, status: int = 200, **kw: Any) -> Any:
+            resp = await client.post("/api/v1", json=payload, headers=auth, **kw)
+            assert resp.status == status, await resp.text()
+            return await resp.json() if status == 200 else await resp.text()
+
+        assert (await call({"type": "GET_HEALTH"}))["get_health"] == {"healthy": True}
+        version = await call({"type": "GET_VERSION"})
+        assert version["get_version"]["version_info"]["version"] == "1.11.0"
+        metrics = (await call({"type": "GET_METRICS"}))["get_metrics"]["metrics"]
+        assert {"name": "master/tasks_running", "value": 1} in metrics
+        assert "GET_STATE" in await call({"type": "GET_STATE"}, 501)
+        await call({"type": "NOPE"}, 400)
+        await call(["GET_HEALTH"], 400)
+        resp = await client.post(
+            "/api/v1", data=b"\x08\x01", headers={**auth, "Content-Type": "application/x-protobuf"}
+        )
+        assert resp.status == 415
+        resp = await client.post("/api/v1", json={"type": "GET_HEALTH"})
+        assert resp.status == 401
+
+    _run(lambda: make_app(lambda: h.master, DaemonStats(), access=HttpAccess(TOKENS)), body)
