@@ -121,7 +121,14 @@ def make_app(
     app.router.add_get("/state", state)
     app.router.add_get("/state/summary", summary)
     app.router.add_get("/metrics", metrics)
-    mesos_operator.add_routes(app, core, stats, leader, redirect=redirect)
+
+    def state_document() -> dict[str, Any] | None:
+        current = core()
+        return None if current is None else document.build(current, stats, members())
+
+    mesos_operator.add_routes(
+        app, core, stats, leader, redirect=redirect, document=state_document, standby=standby
+    )
     if operator is not None:
         add_routes(app, operator, standby)
     return app

@@ -10,7 +10,9 @@
 - ``POST /api/v1`` (JSON only; protobuf: 415): ``GET_HEALTH``, ``GET_VERSION``, ``GET_METRICS``
   in the Mesos v1 operator API's shapes; other known call types 501, unknown ones 400.
 
-The ``/master/state`` document and the state calls of ``/api/v1`` are not here yet.
+- ``GET /master/state`` and ``GET /state.json``, and the ``/api/v1`` calls GET_STATE,
+  GET_AGENTS, GET_FRAMEWORKS and GET_TASKS: the state in Mesos's shapes (see
+  :mod:`agora.master.server.mesos_state`); a standby answers them as it answers ``/state``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from urllib.parse import urlsplit
 
 from agora.master.core import Master
 from agora.master.core.view import SCALARS, Counts
+from agora.master.server.mesos_state import STATE_CALLS, master_state, state_call
 from agora.master.server.metrics import DaemonStats, count
 from aiohttp import web
 
@@ -94,7 +97,7 @@ def operator_call(
     if kind == "GET_METRICS":
         metrics = [{"name": n, "value": v} for n, v in snapshot(core, stats).items()]
         return 200, {"type": kind, "get_metrics": {"metrics": metrics}}
-    if isinstance(kind, str) and kind in V1_CALLS:
+    if isinstance(kind, str) and kind in V1_CALLS - STATE_CALLS:
         return 501, f"Agora does not serve the v1 operator call {kind} yet"
     return 400, f"Failed to validate master::Call: unknown or missing 'type' {kind!r}"
 
@@ -111,8 +114,12 @@ def add_routes(
     leader: Callable[[], dict[str, Any]] | None = None,
     *,
     redirect: bool = False,
+    document: Callable[[], dict[str, Any] | None] = lambda: None,
+    standby: Callable[[web.Request], web.StreamResponse | None] = lambda _: None,
 ) -> None:
-    """Add the Mesos operator routes to the master's operator ``app``."""
+    """Add the Mesos operator routes to the master's operator ``app``. ``document``: Agora's
+    ``/state`` document (None on a standby); ``standby``: a standby's answer to a state
+    request (a redirect to the leader, or 503)."""
 
     async def version(_: web.Request) -> web.StreamResponse:
         return web.json_response(
@@ -143,11 +150,25 @@ def add_routes(
             call = await request.json()
         except ValueError:
             return web.Response(status=400, text="Failed to parse body into JSON")
+        kind = call.get("type") if isinstance(call, dict) else None
+        if kind in STATE_CALLS:
+            doc = document()
+            if doc is None:
+                return standby(request) or web.Response(status=503, text="No leading master")
+            return web.json_response(state_call(str(kind), doc, MESOS_VERSION))
         status, answer = operator_call(call, core(), stats)
         if isinstance(answer, str):
             return web.Response(status=status, text=answer)
         return web.json_response(answer, status=status)
 
+    async def state(request: web.Request) -> web.StreamResponse:
+        doc = document()
+        if doc is None:
+            return standby(request) or web.Response(status=503, text="No leading master")
+        return web.json_response(master_state(doc, MESOS_VERSION))
+
+    app.router.add_get("/master/state", state)
+    app.router.add_get("/state.json", state)
     app.router.add_get("/version", version)
     app.router.add_post("/api/v1", api_v1)
     app.router.add_get("/master/health", health)

@@ -144,7 +144,7 @@ def test_api_v1_answers_mesos_shapes_and_refuses_the_rest() -> None:
         assert version["get_version"]["version_info"]["version"] == "1.11.0"
         metrics = (await call({"type": "GET_METRICS"}))["get_metrics"]["metrics"]
         assert {"name": "master/tasks_running", "value": 1} in metrics
-        assert "GET_STATE" in await call({"type": "GET_STATE"}, 501)
+        assert "GET_FLAGS" in await call({"type": "GET_FLAGS"}, 501)
         await call({"type": "NOPE"}, 400)
         await call(["GET_HEALTH"], 400)
         resp = await client.post(
