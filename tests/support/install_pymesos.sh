@@ -1,0 +1,21 @@
+#!/bin/sh
+# Installs pymesos 0.3.15 (the Mesos v1 HTTP API client the Mesos-compatibility tests run
+# unmodified) into the venv given as $1. pymesos needs http-parser 0.9.0, whose setup.py builds a
+# C extension that no longer compiles on Python 3.11; the package also ships a pure-Python
+# parser, which this builds alone (run_setup(False)) into a wheel, then installs both from PyPI.
+set -eu
+venv=${1:?usage: install_pymesos.sh VENV}
+if "$venv/bin/python" -c 'import pymesos, http_parser' 2>/dev/null; then
+    exit 0
+fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+"$venv/bin/pip" download --quiet --no-deps --no-binary :all: 'http-parser==0.9.0' -d "$work"
+tar xzf "$work/http-parser-0.9.0.tar.gz" -C "$work"
+src="$work/http-parser-0.9.0"
+sed -i 's/run_setup(not IS_PYPY)/run_setup(False)/' "$src/setup.py"
+grep -q 'run_setup(False)' "$src/setup.py"
+find "$src" -name '*.so' -delete
+"$venv/bin/pip" wheel --quiet --no-deps "$src" -w "$work/wheels"
+"$venv/bin/pip" install --quiet --find-links "$work/wheels" 'http-parser==0.9.0' 'pymesos==0.3.15'
+"$venv/bin/python" -c 'import pymesos, http_parser.pyparser'
