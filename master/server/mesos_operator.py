@@ -1,4 +1,4 @@
-"""Mesos-compatible operator endpoints on the master (a first slice of issue 21 item 3).
+"""Mesos-compatible operator endpoints on the master.
 
 - ``GET /version``: the Mesos API level Agora speaks (``1.11.0``); open, as on Mesos.
 - ``GET /master/health``: 200, empty body, on any running master (as Mesos); open.
@@ -22,7 +22,7 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 from agora.master.core import Master
-from agora.master.core.view import SCALARS, Counts
+from agora.master.core.view import SCALARS
 from agora.master.server.mesos_state import STATE_CALLS, master_state, state_call
 from agora.master.server.metrics import DaemonStats, count
 from aiohttp import web
@@ -33,10 +33,6 @@ __all__ = ["MESOS_VERSION", "OPEN_PATHS", "add_routes", "operator_call", "snapsh
 MESOS_VERSION: Final = "1.11.0"
 #: Served to anyone, as Mesos does.
 OPEN_PATHS: Final = frozenset({"/version", "/master/health", "/master/redirect"})
-
-
-def _tasks(c: Counts, state: str) -> int:
-    return c.tasks.get(state, 0) + c.tasks.get("TASK_" + state, 0)
 
 
 def snapshot(core: Master | None, stats: DaemonStats) -> dict[str, float]:
@@ -61,7 +57,7 @@ def snapshot(core: Master | None, stats: DaemonStats) -> dict[str, float]:
         "STAGING", "STARTING", "RUNNING", "KILLING", "FINISHED", "FAILED", "KILLED", "LOST",
         "ERROR", "DROPPED", "GONE", "UNREACHABLE",
     ):  # fmt: skip
-        out[f"master/tasks_{state.lower()}"] = _tasks(c, state)
+        out[f"master/tasks_{state.lower()}"] = c.tasks.get(state, 0)
     for name in SCALARS:
         total = c.total.get(name, 0.0)
         used = c.allocated.get(name, 0.0)
@@ -71,7 +67,8 @@ def snapshot(core: Master | None, stats: DaemonStats) -> dict[str, float]:
     return out
 
 
-#: The Mesos v1 master call types (include/mesos/v1/master/master.proto) answered 501.
+#: The Mesos v1 master call types (include/mesos/v1/master/master.proto); those not served
+#: here or in :data:`~agora.master.server.mesos_state.STATE_CALLS` are answered 501.
 V1_CALLS: Final = frozenset({
     "GET_FLAGS", "GET_LOGGING_LEVEL", "SET_LOGGING_LEVEL", "LIST_FILES", "READ_FILE", "GET_STATE",
     "GET_AGENTS", "GET_FRAMEWORKS", "GET_EXECUTORS", "GET_OPERATIONS", "GET_TASKS", "GET_ROLES",
