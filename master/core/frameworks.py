@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import Final
 
 from agora.master.allocator import AllocatorError
 from agora.master.core.actions import Peer
@@ -30,6 +31,7 @@ from agora.sdk.messages import (
 from msgspec.structs import replace
 
 __all__ = [
+    "FAILED_OVER",
     "authorized",
     "disconnect",
     "expire_failovers",
@@ -40,6 +42,8 @@ __all__ = [
     "remove_framework",
 ]
 
+#: What a scheduler is told when another one takes its framework over.
+FAILED_OVER: Final = "framework failed over to another scheduler"
 _ROLE = re.compile(r"^(\*|[A-Za-z0-9_][A-Za-z0-9_.\-]*)$")
 
 
@@ -216,9 +220,7 @@ def _resubscribe(st: MasterState, sender: Peer, fw: Framework, msg: Subscribe, n
     old_peer = fw.peer
     if old_peer is not None and old_peer != sender and fw.connected:
         # The new scheduler replaces the old one (one subscription per framework).
-        replaced = Error(
-            message="framework failed over to another scheduler", code=ErrorCode.FORBIDDEN
-        )
+        replaced = Error(message=FAILED_OVER, code=ErrorCode.FORBIDDEN)
         st.send(old_peer, replaced)
     # Offers made to the previous connection are no longer meaningful.
     for offer_id in sorted(fw.offers):

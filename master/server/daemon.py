@@ -40,6 +40,7 @@ from agora.master.server.local_calls import LOCAL_PEER, LocalCalls, NotActing
 from agora.master.server.outbox import Outbox
 from agora.master.server.peers import PeerTable
 from agora.master.server.stats import BAD_FRAME_TOP_PEERS, DaemonStats
+from agora.master.server.streams import Streams
 from agora.sdk.daemon.history import History
 from agora.sdk.daemon.ratelimit import KeyedLogLimiter
 from agora.sdk.errors import ProtocolError
@@ -142,12 +143,15 @@ class MasterDaemon:
             handle=self._handle,
             spawn=self._spawn,
         )
+        #: Schedulers subscribed over HTTP (the Mesos scheduler API), one event stream each.
+        self.streams = Streams()
         self._outbox = Outbox(
             server,
             core=lambda: self._core,
             leadership=lambda: self._leadership,
             propose=self._start_proposal,
             answer_local=self._local.answer,
+            deliver_stream=self.streams.deliver,
             stats=self.stats,
             history=history if history is not None else History(None, "master"),
             debug=debug,
@@ -182,6 +186,14 @@ class MasterDaemon:
         when no answer came in ``timeout`` (a registry change may still take effect)."""
         return await self._local.call(message, principal, timeout)
 
+    async def submit(
+        self, peer: str, message: Message, principal: str | None, timeout: float
+    ) -> None:
+        """Hand the core ``message`` from ``peer``, an HTTP scheduler's stream (see
+        :mod:`~agora.master.server.streams`), as if sent over the socket; returns once taken.
+        NotActing when this master cannot act now; TimeoutError past ``timeout``."""
+        await self._local.submit(peer, message, principal, timeout)
+
     @property
     def core(self) -> Master | None:
         """The core while this master leads (see :meth:`Leadership.leading`): None on a standby,
@@ -196,6 +208,9 @@ class MasterDaemon:
         if new is self._core:
             return
         self._core = new
+        # Streams were opened with the old term's core: their schedulers subscribe again (to
+        # this master if it now leads, else redirected to the leader).
+        self.streams.end_all("this master's leadership changed")
         if new is None:
             self._inbox.held.clear()  # what a lost term held is not ours to act on
         elif self._inbox.held:
@@ -457,6 +472,7 @@ class MasterDaemon:
                 self.stats.observe_allocation(time.perf_counter() - started)
                 await self._outbox.perform(actions)
                 await self._expire_peers(core, now)
+                await self._report_ended_streams(core, now)
 
     def _summarise_bad_frames(self) -> None:
         suppressed = self._bad_frame_log.summary(time.monotonic())
@@ -468,6 +484,16 @@ class MasterDaemon:
         """On a standby, peers silent past the timeout are just forgotten."""
         for peer in self._peers.expire(time.monotonic() - self._peer_timeout):
             self._outbox.batcher.forget(peer)
+
+    async def _report_ended_streams(self, core: Master, now: float) -> None:
+        """HTTP schedulers whose streams ended are reported to the core as disconnected."""
+        for peer in self.streams.take_ended():
+            try:
+                actions = core.disconnected(peer, now)
+            except Exception:
+                log.exception("core_disconnected_failed", peer=peer)
+                continue
+            await self._outbox.perform(actions)
 
     async def _expire_peers(self, core: Master, now: float) -> None:
         """Peers silent past the timeout are reported to the core as disconnected."""

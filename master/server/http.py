@@ -11,6 +11,8 @@ Served by aiohttp in the daemon's own event loop. Handlers read the core synchro
 - ``GET /state/summary``: counts only.
 - ``GET /metrics``: Prometheus text format, from the daemon's own registry.
 - Operator calls (POST): see :mod:`http_calls`.
+- The Mesos operator endpoints and scheduler API: see :mod:`mesos_operator` and
+  :mod:`mesos_scheduler`.
 
 Everything but ``/health`` needs a bearer token, unless the master runs ``--insecure``; a standby
 redirects only to a leader URL it learnt over an authenticated link: see :mod:`http_access`.
@@ -22,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agora.master.core import Master
-from agora.master.server import mesos_operator
+from agora.master.server import mesos_operator, mesos_scheduler
 from agora.master.server.http_access import HttpAccess, access_middleware
 from agora.master.server.http_calls import MAX_BODY, Operator, add_routes
 from agora.master.server.metrics import DaemonStats, count, make_registry
@@ -131,6 +133,15 @@ def make_app(
     )
     if operator is not None:
         add_routes(app, operator, standby)
+        if operator.submit is not None and operator.streams is not None:
+            mesos_scheduler.add_routes(
+                app,
+                core=core,
+                streams=operator.streams,
+                submit=operator.submit,
+                standby=standby,
+                timeout=operator.timeout,
+            )
     return app
 
 

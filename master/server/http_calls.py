@@ -35,6 +35,7 @@ from typing import Any, Final
 
 from agora.master.server.daemon import NotActing
 from agora.master.server.http_access import PRINCIPAL, HttpAccess, Refused
+from agora.master.server.streams import Streams
 from agora.sdk.codec import encode
 from agora.sdk.daemon.http_auth import load_credentials
 from agora.sdk.errors import ProtocolError
@@ -76,6 +77,8 @@ _STATUS: Final[dict[ErrorCode, int]] = {
 
 #: Makes a call as a principal (None: anonymous) within a timeout: the daemon's ``call``.
 CallFn = Callable[[Message, "str | None", float], Awaitable[Message]]
+#: Makes a call as a stream's peer and principal within a timeout: the daemon's ``submit``.
+SubmitFn = Callable[[str, Message, "str | None", float], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +91,11 @@ class Operator:
     #: CURVE is on at the socket: anonymous HTTP calls are refused.
     authenticated: bool = False
     timeout: float = 10.0
+    #: Makes calls for HTTP schedulers' streams (the daemon's ``submit``); None: no scheduler
+    #: API.
+    submit: SubmitFn | None = None
+    #: The HTTP schedulers' streams (the daemon's).
+    streams: Streams | None = None
 
     @property
     def access(self) -> HttpAccess:

@@ -69,6 +69,21 @@ class LocalCalls:
         finally:
             del self._waiting[peer]
 
+    async def submit(
+        self, peer: str, message: Message, principal: str | None, timeout: float
+    ) -> None:
+        """Hand ``message`` to the core as if ``peer`` had sent it (a long-lived in-process peer,
+        such as an HTTP scheduler's stream, whose answers go elsewhere): returns once the core
+        has taken it. NotActing and TimeoutError as for :meth:`call`."""
+        if not self._acting():
+            raise NotActing("this master is not acting as the leader now")
+        handled = self._spawn(
+            self._handle_local(Received(peer, message, 0, None, principal), None),
+            "master-stream-call",
+        )
+        async with asyncio.timeout(timeout):
+            await asyncio.shield(handled)
+
     def answer(self, peer: str, message: Message) -> None:
         """The core answered ``peer`` (a :data:`LOCAL_PEER` name): hand it to its caller, if it
         still waits."""
@@ -76,12 +91,17 @@ class LocalCalls:
         if answer is not None and not answer.done():
             answer.set_result(message)
 
-    async def _handle_local(self, received: Received, answer: asyncio.Future[Message]) -> None:
+    async def _handle_local(
+        self, received: Received, answer: asyncio.Future[Message] | None
+    ) -> None:
         # Checked again as the task starts: the lead or the lease may have gone meanwhile, and
         # nothing may be acted on then (the socket path holds such messages instead).
         if not self._acting():
+            not_acting = NotActing("this master is not acting as the leader now")
+            if answer is None:
+                raise not_acting
             if received.peer in self._waiting and not answer.done():  # (its caller still waits)
-                answer.set_exception(NotActing("this master is not acting as the leader now"))
+                answer.set_exception(not_acting)
             return
         assert received.message is not None
         await self._handle(received, received.message)

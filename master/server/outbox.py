@@ -3,7 +3,8 @@
 Messages leave in the order the core produced them, per peer. UPDATEs and STATUS_UPDATE_ACKs for
 peers that read batches are held (see :mod:`agora.master.server.batches`) to the end of the
 receive loop's burst, or of the call outside one, and leave merged. Answers to in-process calls
-(see :mod:`agora.master.server.local_calls`) are handed to their caller instead of sent. A
+(see :mod:`agora.master.server.local_calls`) are handed to their caller instead of sent, and
+what goes to an HTTP scheduler to its event stream (see :mod:`agora.master.server.streams`). A
 ``Propose`` (a registry change to replicate) goes to the daemon's callback. Sending never raises:
 a message that cannot be encoded or delivered is counted as dropped and logged.
 """
@@ -21,6 +22,7 @@ from agora.master.server.event_log import log_event
 from agora.master.server.leadership import Leadership
 from agora.master.server.local_calls import LOCAL_PEER
 from agora.master.server.stats import DaemonStats
+from agora.master.server.streams import STREAM_PEER
 from agora.sdk.daemon.history import History
 from agora.sdk.errors import ProtocolError
 from agora.sdk.messages import (
@@ -53,6 +55,7 @@ class Outbox:
         leadership: Callable[[], Leadership | None],
         propose: Callable[[Propose], None],
         answer_local: Callable[[str, Message], None],
+        deliver_stream: Callable[[str, Message], bool],
         stats: DaemonStats,
         history: History,
         debug: bool,
@@ -62,6 +65,7 @@ class Outbox:
         self._leadership = leadership
         self._propose = propose
         self._answer_local = answer_local
+        self._deliver_stream = deliver_stream
         self._stats = stats
         self._history = history
         self._debug = debug
@@ -96,6 +100,10 @@ class Outbox:
             if isinstance(message, StateReply) and leadership is not None:
                 message = replace(message, masters=leadership.members())
             log_event(core, action)
+            if action.to.startswith(STREAM_PEER):
+                if not self._deliver_stream(action.to, message):
+                    self._stats.messages_dropped += 1
+                continue
             if batcher.hold(action):
                 continue
             if batcher.holding:

@@ -148,7 +148,13 @@ async def _serve_locked(settings: DaemonSettings) -> int:
             except ValueError as exc:
                 log.error("http_credentials_unusable", error=str(exc))
                 return 1
-            operator = Operator(daemon.call, tokens, authenticated=curve is not None)
+            operator = Operator(
+                daemon.call,
+                tokens,
+                authenticated=curve is not None,
+                submit=daemon.submit,
+                streams=daemon.streams,
+            )
             try:
                 app = make_app(
                     lambda: daemon.core,

@@ -2,8 +2,8 @@
 
 Translated: ``user``, ``name``, ``id``, ``role`` / ``roles``, ``failover_timeout``,
 ``checkpoint``, ``hostname``, ``principal`` and ``capabilities`` that Agora has (PARTITION_AWARE,
-TASK_KILLING_STATE, MULTI_ROLE, REVOCABLE_RESOURCES). Other capabilities and fields (webui_url,
-labels, offer_filters, domain) are refused.
+TASK_KILLING_STATE, MULTI_ROLE, REVOCABLE_RESOURCES; GPU_RESOURCES is accepted and has no
+effect). Other capabilities and fields (webui_url, labels, offer_filters, domain) are refused.
 """
 
 from __future__ import annotations
@@ -48,6 +48,10 @@ _MESOS_CAPS = {
         FrameworkCapability.REVOCABLE_RESOURCES,
     )
 }
+
+#: Capabilities accepted and dropped: Agora offers every agent's resources alike, GPUs included
+#: (pymesos asks for GPU_RESOURCES whenever the master is 1.0 or later).
+_ACCEPTED_CAPS = frozenset({"GPU_RESOURCES"})
 
 
 def framework_info_from_mesos(value: object, field: str = "framework_info") -> FrameworkInfo:
@@ -125,6 +129,8 @@ def _capabilities(value: object, f: str) -> tuple[FrameworkCapability, ...]:
         cf = f"{f}[{i}]"
         co: Mapping[str, object] = obj(c, cf, ("type",))
         t = string(required(co, "type", cf), f"{cf}.type", max_len=64)
+        if t in _ACCEPTED_CAPS:
+            continue
         if t not in _MESOS_CAPS:
             fail(f"{cf}.type", f"capability {t!r} is not supported by Agora")
         cap = FrameworkCapability(t)

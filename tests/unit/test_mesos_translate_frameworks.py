@@ -99,7 +99,7 @@ _MR = [{"type": "MULTI_ROLE"}]
             "framework_info.role",
         ),
         (
-            {"user": "u", "name": "n", "capabilities": [{"type": "GPU_RESOURCES"}]},
+            {"user": "u", "name": "n", "capabilities": [{"type": "SHARED_RESOURCES"}]},
             "framework_info.capabilities[0].type",
         ),
         ({"user": "u", "name": "n", "failover_timeout": -1}, "framework_info.failover_timeout"),
@@ -157,3 +157,11 @@ def test_gang_offer_is_refused() -> None:
     with pytest.raises(ProtocolError) as info:
         offer_to_mesos(_offer(gang_id=GangID("g")))
     assert info.value.field == "offer.gang_id"
+
+
+def test_gpu_resources_capability_is_accepted_and_dropped() -> None:
+    # pymesos asks for it whenever the master reports 1.0 or later.
+    info = framework_info_from_mesos(
+        {"user": "u", "name": "n", "capabilities": [{"type": "GPU_RESOURCES"}]}
+    )
+    assert info.capabilities == ()
