@@ -89,7 +89,7 @@ class PymesosScheduler(pymesos.Scheduler):  # type: ignore[misc]
     def reregistered(self, driver: Any, master_info: Any) -> None:
         self.registrations.append("reregistered")
 
-    def resourceOffers(self, driver: Any, offers: list[dict[str, Any]]) -> None:  # noqa: N802
+    def resourceOffers(self, driver: Any, offers: list[dict[str, Any]]) -> None:
         with self.lock:
             todo, self.todo = self.todo, []
         if not todo:
@@ -100,10 +100,10 @@ class PymesosScheduler(pymesos.Scheduler):  # type: ignore[misc]
         if offers[1:]:
             driver.declineOffer([o["id"] for o in offers[1:]])
 
-    def statusUpdate(self, driver: Any, status: dict[str, Any]) -> None:  # noqa: N802
+    def statusUpdate(self, driver: Any, status: dict[str, Any]) -> None:
         self.statuses.append(status)
 
-    def frameworkMessage(self, driver: Any, executor_id: Any, agent_id: Any, data: str) -> None:  # noqa: N802
+    def frameworkMessage(self, driver: Any, executor_id: Any, agent_id: Any, data: str) -> None:
         self.messages.append(pymesos.decode_data(data))
 
     def error(self, driver: Any, message: str) -> None:
