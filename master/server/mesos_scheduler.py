@@ -93,8 +93,8 @@ class _SchedulerApi:
         elsewhere = self._standby(request)
         if elsewhere is not None:
             return elsewhere
-        body = await request.content.read(MAX_CALL_BYTES + 1)
-        if len(body) > MAX_CALL_BYTES:
+        body = await _body(request)
+        if body is None:
             return _refuse(413, f"a call body is limited to {MAX_CALL_BYTES} bytes")
         try:
             value = json.loads(body)
@@ -222,6 +222,20 @@ class _SchedulerApi:
                 # The subscription was refused, or another scheduler took the framework over:
                 # Mesos sends the error and closes the stream.
                 return
+
+
+async def _body(request: web.Request) -> bytes | None:
+    """The whole request body (None: longer than :data:`MAX_CALL_BYTES`)."""
+    if request.content_length is not None and request.content_length > MAX_CALL_BYTES:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := await request.content.read(64 * 1024):
+        size += len(chunk)
+        if size > MAX_CALL_BYTES:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _refuse(status: int, text: str) -> web.Response:

@@ -7,12 +7,16 @@ Two phases, one framework on the asyncio SDK driver:
 2. latency: ``--latency-tasks`` tasks launched one at a time, each when the previous one is
    RUNNING, so ACCEPT -> TASK_RUNNING is measured without a queue in front of it.
 
+With ``--api mesos`` the framework speaks the Mesos v1 scheduler HTTP API instead (JSON over
+HTTP with a bearer token, every update acknowledged by its own call; see ``mesos_api_driver``),
+so the same workload measures what that API costs over Agora's own protocol.
+
 Prints one JSON line: tasks, seconds (first ACCEPT to last TASK_FINISHED), tasks_per_s, and the
 ACCEPT -> TASK_RUNNING percentiles of phase 2 (``launch_to_running_*``) and of phase 1, where
 thousands of tasks queue behind each other (``loaded_launch_to_running_*``). Work dirs go on
 /dev/shm when it exists: file creation on this VM's disks is slow and erratic.
 
-    python tests/bench/throughput.py --tasks 5000 [--isolation posix]
+    python tests/bench/throughput.py --tasks 5000 [--isolation posix] [--api mesos]
 """
 
 from __future__ import annotations
@@ -43,10 +47,13 @@ from agora.sdk import (
 from agora.sdk.logs import configure_logging
 from agora.sdk.messages import is_terminal
 from agora.sdk.transport import CurveClient, generate_keypair
+from mesos_api_driver import MesosApiDriver
 from support.cluster import LocalCluster
 
 SHAPE = Resources.parse("cpus:0.01;mem:1")
 NO_FILTER = Filters(refuse_seconds=0)
+#: The bench framework's HTTP token with ``--api mesos``.
+MESOS_TOKEN = "throughput-bench-token-0123456789"
 
 
 class Bench(Scheduler):
@@ -166,14 +173,26 @@ def _pct(values: list[float], q: float) -> float | None:
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000.0, 2)
 
 
-async def _run(cluster: LocalCluster, bench: Bench, timeout: float) -> dict[str, float]:
+async def _run(cluster: LocalCluster, bench: Bench, timeout: float, api: str) -> dict[str, float]:
     """Run the bench; returns CPU seconds per kind of process, measured before teardown."""
-    info = FrameworkInfo(name="throughput-bench")
-    driver = SchedulerDriver(bench, info, cluster.endpoint, curve=cluster.client_curve)
+    driver: SchedulerDriver | MesosApiDriver
+    if api == "mesos":
+        url = (cluster.work_dir / "master.endpoint.http").read_text().strip()
+        auth = {"Authorization": f"Bearer {MESOS_TOKEN}"}
+        driver = MesosApiDriver(bench, url, "throughput-bench", auth)
+    else:
+        info = FrameworkInfo(name="throughput-bench")
+        driver = SchedulerDriver(bench, info, cluster.endpoint, curve=cluster.client_curve)
     runner = asyncio.create_task(driver.run())
     before = _cpu_by_role(cluster)
     try:
-        await asyncio.wait_for(bench.done.wait(), timeout)
+        done = asyncio.create_task(bench.done.wait())
+        await asyncio.wait([done, runner], timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        if not done.done():
+            done.cancel()
+            if runner.done():
+                runner.result()  # the driver failed: say why
+            raise TimeoutError(f"the workload did not finish in {timeout} s")
         after = _cpu_by_role(cluster)
     finally:
         driver.stop()
@@ -220,6 +239,12 @@ def main() -> int:
         help="the agents' isolation: 'default' is what an agent picks by itself (as root: cgroups "
         "and pid/mount namespaces), 'posix' is plain processes",
     )
+    parser.add_argument(
+        "--api",
+        choices=("agora", "mesos"),
+        default="agora",
+        help="the framework's API: Agora's own protocol, or the Mesos v1 scheduler HTTP API",
+    )
     args = parser.parse_args()
     configure_logging("console", "warning")
     bench = Bench(args.tasks, args.latency_tasks)
@@ -230,10 +255,16 @@ def main() -> int:
             _with_curve(cluster, Path(tmp) / "keys")
         if args.isolation == "posix":
             cluster.agent_args = [*cluster.agent_args, "--isolation", "posix"]
+        if args.api == "mesos":
+            credentials = Path(tmp) / "http.toml"
+            credentials.write_text(f'bench = "{MESOS_TOKEN}"\n')
+            http = ("--http-port", "0", "--http-credentials", str(credentials))
+            cluster.master_args = [*cluster.master_args, *http]
         with cluster:
-            cpu = asyncio.run(_run(cluster, bench, args.timeout))
+            cpu = asyncio.run(_run(cluster, bench, args.timeout, args.api))
     seconds = bench.last_finish - bench.first_launch
     result = {
+        "api": args.api,
         "curve": args.curve,
         "isolation": args.isolation,
         "tasks": args.tasks,

@@ -11,6 +11,7 @@ from agora.master.server.http import Operator, make_app
 from agora.master.server.http_access import OPEN
 from agora.master.server.metrics import DaemonStats
 from agora.master.server.streams import MAX_QUEUED, STREAM_PEER, Streams
+from agora.sdk.mesos.scheduler_api import MAX_CALL_BYTES
 from agora.sdk.messages import Heartbeat, Message
 from aiohttp import StreamReader
 from aiohttp.test_utils import TestClient, TestServer
@@ -121,3 +122,23 @@ def test_a_scheduler_that_does_not_read_is_cut_off_not_buffered_forever() -> Non
         assert not streams.deliver(stream.peer, Heartbeat()), "nothing goes to an ended stream"
 
     asyncio.run(run())
+
+
+def test_large_calls_are_read_whole_and_oversized_ones_refused() -> None:
+    h = Harness()
+    streams = Streams()
+
+    async def run() -> None:
+        async with TestClient(TestServer(_app(h, streams))) as client:
+            call = {"type": "SUBSCRIBE", "subscribe": {"framework_info": INFO}}
+            # Far larger than one read of the socket: an ACCEPT launching a thousand tasks is.
+            padded = (json.dumps(call) + " " * 600_000).encode()
+            headers = {"Content-Type": "application/json"}
+            resp = await client.post("/api/v1/scheduler", data=padded, headers=headers)
+            assert resp.status == 200
+            resp.close()
+            huge = (json.dumps(call) + " " * (MAX_CALL_BYTES + 1)).encode()
+            resp = await client.post("/api/v1/scheduler", data=huge, headers=headers)
+            assert resp.status == 413
+
+    asyncio.run(asyncio.wait_for(run(), 20))
