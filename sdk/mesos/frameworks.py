@@ -3,7 +3,8 @@
 Translated: ``user``, ``name``, ``id``, ``role`` / ``roles``, ``failover_timeout``,
 ``checkpoint``, ``hostname``, ``principal`` and ``capabilities`` that Agora has (PARTITION_AWARE,
 TASK_KILLING_STATE, MULTI_ROLE, REVOCABLE_RESOURCES; GPU_RESOURCES is accepted and has no
-effect). Other capabilities and fields (webui_url, labels, offer_filters, domain) are refused.
+effect); ``webui_url`` is accepted and not kept. Other capabilities and fields (labels,
+offer_filters, domain) are refused.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ _KEYS = (
     "hostname",
     "principal",
     "capabilities",
+    "webui_url",
 )
 _MESOS_CAPS = {
     c.value
@@ -57,6 +59,8 @@ _ACCEPTED_CAPS = frozenset({"GPU_RESOURCES"})
 def framework_info_from_mesos(value: object, field: str = "framework_info") -> FrameworkInfo:
     """A Mesos FrameworkInfo as Agora's subscribe record (``name`` and ``user`` required)."""
     o = obj(value, field, _KEYS)
+    if "webui_url" in o:
+        string(o["webui_url"], f"{field}.webui_url", max_len=4096)
     name = string(required(o, "name", field), f"{field}.name", max_len=255)
     user = string(required(o, "user", field), f"{field}.user", max_len=255)
     caps = _capabilities(o.get("capabilities", []), f"{field}.capabilities")

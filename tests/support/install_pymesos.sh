@@ -3,9 +3,10 @@
 # unmodified) into the venv given as $1. pymesos needs http-parser 0.9.0, whose setup.py builds a
 # C extension that no longer compiles on Python 3.11; the package also ships a pure-Python
 # parser, which this builds alone (run_setup(False)) into a wheel, then installs both from PyPI.
+# Also mesoshttp 0.4.2, a second, independent Mesos scheduler API client (pure Python).
 set -eu
 venv=${1:?usage: install_pymesos.sh VENV}
-if "$venv/bin/python" -c 'import pymesos, http_parser' 2>/dev/null; then
+if "$venv/bin/python" -c 'import pymesos, http_parser, mesoshttp' 2>/dev/null; then
     exit 0
 fi
 work=$(mktemp -d)
@@ -17,5 +18,6 @@ sed -i 's/run_setup(not IS_PYPY)/run_setup(False)/' "$src/setup.py"
 grep -q 'run_setup(False)' "$src/setup.py"
 find "$src" -name '*.so' -delete
 "$venv/bin/pip" wheel --quiet --no-deps "$src" -w "$work/wheels"
-"$venv/bin/pip" install --quiet --find-links "$work/wheels" 'http-parser==0.9.0' 'pymesos==0.3.15'
-"$venv/bin/python" -c 'import pymesos, http_parser.pyparser'
+"$venv/bin/pip" install --quiet --find-links "$work/wheels" 'http-parser==0.9.0' 'pymesos==0.3.15' \
+    'mesoshttp==0.4.2'
+"$venv/bin/python" -c 'import pymesos, http_parser.pyparser, mesoshttp.client'

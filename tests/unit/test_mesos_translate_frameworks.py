@@ -87,7 +87,8 @@ _MR = [{"type": "MULTI_ROLE"}]
         ({"name": "n"}, "framework_info.user"),
         ({"user": "u"}, "framework_info.name"),
         ({"user": "u", "name": 3}, "framework_info.name"),
-        ({"user": "u", "name": "n", "webui_url": "x"}, "framework_info.webui_url"),
+        ({"user": "u", "name": "n", "labels": {}}, "framework_info.labels"),
+        ({"user": "u", "name": "n", "webui_url": 1}, "framework_info.webui_url"),
         ({"user": "u", "name": "n", "roles": ["a"]}, "framework_info.roles"),
         ({"user": "u", "name": "n", "capabilities": _MR}, "framework_info.roles"),
         (
