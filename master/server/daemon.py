@@ -211,6 +211,7 @@ class MasterDaemon:
         # Streams were opened with the old term's core: their schedulers subscribe again (to
         # this master if it now leads, else redirected to the leader).
         self.streams.end_all("this master's leadership changed")
+        self.streams.take_ended()  # peers of the old term's core, which the new one never knew
         if new is None:
             self._inbox.held.clear()  # what a lost term held is not ours to act on
         elif self._inbox.held:
