@@ -7,11 +7,13 @@ import asyncio
 import pytest
 from agora.master.core import Master, MasterConfig
 from agora.master.core.operator import snapshot
+from agora.master.core.actions import Send
 from agora.master.server.outbox import Outbox
 from agora.master.server.stats import DaemonStats
+from agora.master.server.streams import Streams
 from agora.sdk import codec
 from agora.sdk.daemon.history import History
-from agora.sdk.messages import Error, ErrorCode, Message, StateReply
+from agora.sdk.messages import Error, ErrorCode, Heartbeat, Message, StateReply
 
 
 class EncodingServer:
@@ -37,6 +39,7 @@ def test_a_state_too_big_for_one_frame_is_answered_with_an_error_saying_what_to_
         leadership=lambda: None,
         propose=lambda _action: None,
         answer_local=lambda _peer, _message: None,
+        deliver_stream=lambda _peer, _message: False,
         stats=stats,
         history=History(None, "master"),
         debug=False,
@@ -51,3 +54,29 @@ def test_a_state_too_big_for_one_frame_is_answered_with_an_error_saying_what_to_
     assert isinstance(answer, Error) and answer.code is ErrorCode.BAD_REQUEST
     assert "agents_limit" in answer.message and "/state" in answer.message
     assert stats.messages_dropped == 1
+
+
+def test_what_goes_to_an_http_scheduler_goes_down_its_stream_not_the_socket() -> None:
+    async def run() -> None:
+        server = EncodingServer()
+        stats = DaemonStats()
+        streams = Streams()
+        stream = streams.open("alice")
+        outbox = Outbox(
+            server,  # type: ignore[arg-type]
+            core=lambda: None,
+            leadership=lambda: None,
+            propose=lambda _action: None,
+            answer_local=lambda _peer, _message: None,
+            deliver_stream=streams.deliver,
+            stats=stats,
+            history=History(None, "master"),
+            debug=False,
+        )
+        await outbox.perform([Send(to=stream.peer, message=Heartbeat(), epoch=1)])
+        assert server.sent == [] and stream.queue.get_nowait() == Heartbeat()
+        streams.end(stream)
+        await outbox.perform([Send(to=stream.peer, message=Heartbeat(), epoch=1)])
+        assert server.sent == [] and stats.messages_dropped == 1  # its stream is gone
+
+    asyncio.run(run())
