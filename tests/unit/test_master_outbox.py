@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 from agora.master.core import Master, MasterConfig
-from agora.master.core.operator import snapshot
 from agora.master.core.actions import Send
+from agora.master.core.operator import snapshot
 from agora.master.server.outbox import Outbox
 from agora.master.server.stats import DaemonStats
 from agora.master.server.streams import Streams
