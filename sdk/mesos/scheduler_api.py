@@ -91,6 +91,9 @@ __all__ = [
 #: The largest call body read (an ACCEPT launching many tasks with data fits easily).
 MAX_CALL_BYTES: Final = 4 << 20
 _MAX_DATA: Final = 1 << 20
+#: Most tasks one LAUNCH (or task group) may hold: a framework fills a big agent's offer with
+#: thousands of small tasks at once, as Mesos lets it (the body limit bounds the rest).
+MAX_TASKS: Final = 20_000
 
 #: Calls of scheduler.proto Agora does not serve: answered 501, as Mesos answers UNKNOWN.
 UNSUPPORTED_CALLS: Final = frozenset(
@@ -255,7 +258,9 @@ def _operation(value: object, fid: FrameworkID, field: str) -> Operation:
     if kind == "LAUNCH":
         launch = _body(o.get("launch"), f"{field}.launch", ("task_infos",))
         tasks = array(
-            required(launch, "task_infos", f"{field}.launch"), f"{field}.launch.task_infos"
+            required(launch, "task_infos", f"{field}.launch"),
+            f"{field}.launch.task_infos",
+            max_items=MAX_TASKS,
         )
         return Launch(
             task_infos=tuple(
@@ -267,7 +272,9 @@ def _operation(value: object, fid: FrameworkID, field: str) -> Operation:
         group = _body(o.get("launch_group"), f, ("executor", "task_group"))
         executor = _executor(required(group, "executor", f), fid, f"{f}.executor")
         tg = obj(required(group, "task_group", f), f"{f}.task_group", ("tasks",))
-        tasks = array(required(tg, "tasks", f"{f}.task_group"), f"{f}.task_group.tasks")
+        tasks = array(
+            required(tg, "tasks", f"{f}.task_group"), f"{f}.task_group.tasks", max_items=MAX_TASKS
+        )
         return LaunchGroup(
             executor=executor,
             task_group=TaskGroupInfo(

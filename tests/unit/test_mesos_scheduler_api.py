@@ -341,3 +341,20 @@ def test_events_carry_what_the_core_said_and_round_trip() -> None:
         "duration": {"nanoseconds": 6 * 10**10},
     }
     assert events_to_mesos(GangExpired(gang_id="g"), version="1") == []  # type: ignore[arg-type]
+
+
+def test_one_launch_may_fill_a_big_offer_with_thousands_of_tasks() -> None:
+    task = {"name": "t", "agent_id": {"value": "A1"}, "resources": CPUS}
+    tasks = [
+        {**task, "task_id": {"value": f"t{i}"}, "command": {"value": "true"}} for i in range(3000)
+    ]
+    call = _call(
+        "ACCEPT",
+        {
+            "offer_ids": [{"value": "O1"}],
+            "operations": [{"type": "LAUNCH", "launch": {"task_infos": tasks}}],
+        },
+    )
+    assert isinstance(call.message, Accept)
+    [launch] = call.message.operations
+    assert isinstance(launch, Launch) and len(launch.task_infos) == 3000
