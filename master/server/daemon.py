@@ -489,12 +489,7 @@ class MasterDaemon:
     async def _report_ended_streams(self, core: Master, now: float) -> None:
         """HTTP schedulers whose streams ended are reported to the core as disconnected."""
         for peer in self.streams.take_ended():
-            try:
-                actions = core.disconnected(peer, now)
-            except Exception:
-                log.exception("core_disconnected_failed", peer=peer)
-                continue
-            await self._outbox.perform(actions)
+            await self._report_disconnected(core, peer, now)
 
     async def _expire_peers(self, core: Master, now: float) -> None:
         """Peers silent past the timeout are reported to the core as disconnected."""
@@ -502,12 +497,15 @@ class MasterDaemon:
             if self._debug:
                 log.debug("peer_silent", peer=peer)
             self._outbox.batcher.forget(peer)
-            try:
-                actions = core.disconnected(peer, now)
-            except Exception:
-                log.exception("core_disconnected_failed", peer=peer)
-                continue
-            await self._outbox.perform(actions)
+            await self._report_disconnected(core, peer, now)
+
+    async def _report_disconnected(self, core: Master, peer: str, now: float) -> None:
+        try:
+            actions = core.disconnected(peer, now)
+        except Exception:
+            log.exception("core_disconnected_failed", peer=peer)
+            return
+        await self._outbox.perform(actions)
 
     # ------------------------------------------------------------------ sending
 
