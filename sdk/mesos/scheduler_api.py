@@ -34,6 +34,7 @@ from agora.sdk.mesos._json import (
     required,
     string,
 )
+from agora.sdk.mesos.executor_api import error_event, heartbeat_event
 from agora.sdk.mesos.frameworks import framework_info_from_mesos
 from agora.sdk.mesos.ids import id_from_mesos, id_to_mesos
 from agora.sdk.mesos.offers import offer_to_mesos
@@ -512,11 +513,3 @@ def _subscribed(message: Subscribed, version: str) -> dict[str, object]:
             "master_info": master,
         },
     }
-
-
-def error_event(message: str) -> dict[str, object]:
-    return {"type": "ERROR", "error": {"message": message}}
-
-
-def heartbeat_event() -> dict[str, object]:
-    return {"type": "HEARTBEAT"}
