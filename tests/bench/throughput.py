@@ -67,6 +67,8 @@ class Bench(Scheduler):
         self.loaded: list[float] = []
         self.unloaded: list[float] = []
         self.ended = {1: 0, 2: 0}
+        self.seen_ended: set[str] = set()
+        self.duplicates = 0  # terminal updates seen again (a resend raced its acknowledgement)
         self.failed = 0
         self.first_launch = 0.0
         self.last_finish = 0.0
@@ -127,6 +129,10 @@ class Bench(Scheduler):
             return
         if not (is_terminal(status.state) or status.state is TaskState.LOST):
             return
+        if tid in self.seen_ended:  # updates are at-least-once: count each task's end once
+            self.duplicates += 1
+            return
+        self.seen_ended.add(tid)
         self.ended[phase] += 1
         if status.state is not TaskState.FINISHED:
             self.failed += 1
@@ -192,7 +198,10 @@ async def _run(cluster: LocalCluster, bench: Bench, timeout: float, api: str) ->
             done.cancel()
             if runner.done():
                 runner.result()  # the driver failed: say why
-            raise TimeoutError(f"the workload did not finish in {timeout} s")
+            raise TimeoutError(
+                f"the workload did not finish in {timeout} s: phase {bench.phase}, "
+                f"{bench.launched} launched, {bench.ended} ended, {len(bench.held)} offers held"
+            )
         after = _cpu_by_role(cluster)
     finally:
         driver.stop()
@@ -276,6 +285,7 @@ def main() -> int:
         "loaded_launch_to_running_p50_ms": _pct(bench.loaded, 0.50),
         "loaded_launch_to_running_p99_ms": _pct(bench.loaded, 0.99),
         "failed": bench.failed,
+        "duplicate_updates": bench.duplicates,
         # CPU per task of each kind of process, over both phases (executors' startup included).
         "cpu_ms_per_task": {
             role: round(1000 * secs / (args.tasks + args.latency_tasks), 3)

@@ -2,8 +2,9 @@
 real Agora cluster: it subscribes, takes an offer (naming the agent ``slave_id``, as it does),
 sees its task run, kills it, and tears its framework down.
 
-mesoshttp sends no HTTP credentials of its own (only DC/OS service accounts), so the master
-serves its HTTP API anonymously here, as a master started ``--insecure`` does."""
+The master requires HTTP credentials. mesoshttp sends every request with its ``requests_auth``
+(a ``requests`` auth object; its own ``set_credentials`` only fills a body field Agora does not
+trust), so the framework authenticates with HTTP Basic there, and one without it is refused."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 from support.cluster import LocalCluster
 from support.polling import wait_for
 
@@ -22,10 +24,15 @@ client_module = pytest.importorskip(
 )
 
 
+PRINCIPAL, TOKEN = "mesoshttp", "mesoshttp-token-0123456789abcdef"
+
+
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    credentials = tmp_path / "http.toml"
+    credentials.write_text(f'{PRINCIPAL} = "{TOKEN}"\n')
     # mesoshttp reads events line by line: a heartbeat a second pushes each one through.
-    args = ("--http-port", "0", "--heartbeat-interval", "1")
+    args = ("--http-port", "0", "--http-credentials", str(credentials), "--heartbeat-interval", "1")
     with LocalCluster(tmp_path / "cluster", agents=1, master_args=args) as c:
         yield c
 
@@ -35,6 +42,7 @@ def test_mesoshttp_runs_and_kills_a_task(cluster: LocalCluster) -> None:
     client = client_module.MesosClient(
         mesos_urls=[url], frameworkName="mesoshttp-on-agora", frameworkUser=getpass.getuser()
     )
+    client.requests_auth = requests.auth.HTTPBasicAuth(PRINCIPAL, TOKEN)
     states: list[tuple[str, str]] = []
     launched = threading.Event()
 
@@ -84,3 +92,19 @@ def test_mesoshttp_runs_and_kills_a_task(cluster: LocalCluster) -> None:
         20,
         "the teardown",
     )
+
+    frameworks = [f for f in cluster.state().frameworks if f.framework_id == framework_id]
+    assert frameworks and frameworks[0].principal == PRINCIPAL
+
+
+def test_mesoshttp_without_credentials_is_refused(cluster: LocalCluster) -> None:
+    url = (cluster.work_dir / "master.endpoint.http").read_text().strip()
+    client = client_module.MesosClient(
+        mesos_urls=[url],
+        frameworkName="anonymous",
+        frameworkUser=getpass.getuser(),
+        max_reconnect=1,  # one attempt, then register() gives up and returns False
+    )
+    assert client.register() is False  # the master answered its SUBSCRIBE 401
+    assert client.frameworkId is None
+    assert not cluster.state().frameworks
