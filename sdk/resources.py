@@ -142,7 +142,7 @@ def _conflict(name: str, a: int, b: int) -> NoReturn:
 class Resources:
     """An immutable, hashable bag of scalar, range and set resources, per role."""
 
-    __slots__ = ("_c", "_hash", "_json", "_r", "_s", "_t")
+    __slots__ = ("_c", "_hash", "_json", "_milli", "_r", "_s", "_t")
 
     # scalars in thousandths / normalized ranges / sets, keyed by (name, role); never empty
     _s: dict[Key, int]
@@ -152,6 +152,7 @@ class Resources:
     _c: dict[str, int]
     _hash: int
     _json: dict[str, object]
+    _milli: dict[str, int]
 
     def __init__(self) -> None:
         """The empty value; use :meth:`parse`, :meth:`from_dict` or :meth:`scalars`."""
@@ -473,6 +474,16 @@ class Resources:
         for (name, _), milli in self._s.items():
             out[name] = out.get(name, 0) + milli
         return out
+
+    def scalar_totals_view(self) -> Mapping[str, int]:
+        """:meth:`scalar_totals_milli`, made once per value and shared: for readers only (the
+        same task shape is counted thousands of times when agents re-register)."""
+        try:
+            return self._milli
+        except AttributeError:
+            view = self.scalar_totals_milli()
+            _set(self, "_milli", view)
+            return view
 
     def ranges(self, name: str) -> tuple[tuple[int, int], ...]:
         """The ranges of ``name`` merged over roles: sorted, inclusive, disjoint."""

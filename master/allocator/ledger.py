@@ -12,7 +12,7 @@ added or activated, an offer closed).
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from agora.master.allocator.amounts import EMPTY, add_into, subtract_into
@@ -192,10 +192,13 @@ class Ledger:
         agent = AgentState(agent_id, total, order)
         self.agents[agent_id] = agent
         self._count_total(agent, +1)
+        if in_use:  # what its tasks hold comes off its free part at once, not grant by grant
+            agent.free = total - in_use
+            agent.free_milli = agent.free.scalar_totals_milli()
         self._count_active(agent, +1)
         for (framework_id, role), res in used.items():
             if res:
-                self.grant(framework_id, agent, role, res, res.scalar_totals_milli())
+                self._hold(framework_id, agent, role, res, res.scalar_totals_view())
         self._changed(agent)
         self.topology += 1
         return agent
@@ -232,7 +235,7 @@ class Ledger:
 
     # ------------------------------------------------------------------ moving resources
 
-    def _account(self, framework_id: FrameworkID, role: str, milli: _Milli) -> None:
+    def _account(self, framework_id: FrameworkID, role: str, milli: Mapping[str, int]) -> None:
         state = self._track(framework_id, role)
         state.sorter.allocated(framework_id, milli)
         self.role_sorter.allocated(role, milli)
@@ -279,6 +282,18 @@ class Ledger:
         if agent.active:
             subtract_into(self.free_total, milli)
             subtract_into(self.free_unres, self._unreserved(agent, res, milli))
+        self._hold(framework_id, agent, role, res, milli)
+
+    def _hold(
+        self,
+        framework_id: FrameworkID,
+        agent: AgentState,
+        role: str,
+        res: Resources,
+        milli: Mapping[str, int],
+    ) -> None:
+        """Count ``res`` (scalars ``milli``), no longer in the agent's free part, as the
+        framework's on the agent."""
         key = (framework_id, role)
         current = agent.allocs.get(key)
         if current is None:

@@ -143,7 +143,8 @@ def on_reregister(st: MasterState, sender: Peer, msg: ReregisterAgent, now: floa
     if existing is not None and existing.status is AgentStatus.ACTIVE:
         _reconnect(st, sender, existing, msg, now)
         return
-    problem = _readmit_problem(st, msg)
+    report = _report(st, msg)
+    problem = _readmit_problem(msg, report)
     if problem is not None:
         st.send(sender, Error(message=problem, code=ErrorCode.BAD_REQUEST))
         return
@@ -151,7 +152,7 @@ def on_reregister(st: MasterState, sender: Peer, msg: ReregisterAgent, now: floa
     if entry is not None and entry.unreachable_since is None:
         # Admitted in the registry (back after a failover): nothing to commit.
         st.recovering_agents.discard(agent_id)
-        _readmit(st, sender, st.agents.get(agent_id), msg, now)
+        _readmit(st, sender, st.agents.get(agent_id), msg, now, report)
         return
     # Unreachable in the registry, or unknown to it: readmit once that is committed.
     st.busy_agents.add(agent_id)
@@ -223,12 +224,18 @@ def _reconcile_unreported(
 
 
 def _readmit(
-    st: MasterState, sender: Peer, existing: Agent | None, msg: ReregisterAgent, now: float
+    st: MasterState,
+    sender: Peer,
+    existing: Agent | None,
+    msg: ReregisterAgent,
+    now: float,
+    report: _Report | None = None,
 ) -> None:
-    """An agent back from unreachable, or unknown to this master (after a failover)."""
+    """An agent back from unreachable, or unknown to this master (after a failover).
+    ``report``: :func:`_report` of ``msg`` taken now; without it (a registry change committed
+    in between, and a framework may have been removed since the check) it is taken again."""
     agent_id = msg.agent_id
-    # Taken again at the time it applies: a framework may have been removed since the check.
-    reported, executors, roles, used = _report(st, msg)
+    reported, executors, roles, used = report if report is not None else _report(st, msg)
     orphans = {at.framework_id for at in msg.tasks} & st.removed_frameworks
     previously = set(existing.tasks) if existing is not None else set()
     agent = _admit(st, sender, agent_id, msg, now, dict(used))
@@ -266,14 +273,15 @@ def _readmit(
     resend_kills(st, agent, reported)
 
 
-def _report(
-    st: MasterState, msg: ReregisterAgent
-) -> tuple[
+_Report = tuple[
     list[AgentTask],
     list[ExecutorInfo],
     dict[tuple[FrameworkID, ExecutorID], str],
     dict[tuple[FrameworkID, str], Resources],
-]:
+]
+
+
+def _report(st: MasterState, msg: ReregisterAgent) -> _Report:
     """The agent's report, minus removed frameworks: its tasks, its executors with their roles,
     and what the live ones hold per framework and role."""
     reported = [at for at in msg.tasks if at.framework_id not in st.removed_frameworks]
@@ -293,9 +301,10 @@ def _report(
     return reported, executors, roles, used
 
 
-def _readmit_problem(st: MasterState, msg: ReregisterAgent) -> str | None:
-    """Why the agent's report cannot be taken as it is (it claims more than it has)."""
-    in_use = sum(_report(st, msg)[3].values(), Resources())
+def _readmit_problem(msg: ReregisterAgent, report: _Report) -> str | None:
+    """Why the agent's report (``report``: its :func:`_report`) cannot be taken as it is (it
+    claims more than it has)."""
+    in_use = sum(report[3].values(), Resources())
     total = reservations.admitted_total(
         msg.agent_info.resources, msg.checkpointed_resources, msg.checkpointed_volumes
     )[0]

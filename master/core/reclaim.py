@@ -15,7 +15,7 @@ A task's priority, for choosing among victims of one role, is its ``agora.priori
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 
 from agora.master.allocator.reclaim import Candidate, Claim, ReclaimConfig, Victim
 from agora.master.core.offers import rescind_offers
@@ -137,7 +137,7 @@ def _candidates(
     return out, tasks
 
 
-def _holds(milli: dict[str, int], wanted: set[str]) -> bool:
+def _holds(milli: Mapping[str, int], wanted: set[str]) -> bool:
     # A loop, not any(): this runs for every offer and task of a reclaim round.
     for name in wanted:  # noqa: SIM110
         if milli.get(name, 0) > 0:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from agora.master.allocator import Allocator
@@ -138,10 +138,10 @@ class Task:
     #: either, and is dropped with it (see tasks.on_status_update).
     new_executor: bool = False
     #: The scalars of ``resources`` in thousandths (what reclaim weighs; made once).
-    milli: dict[str, int] = field(init=False, repr=False, compare=False)
+    milli: Mapping[str, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        self.milli = self.resources.scalar_totals_milli()
+        self.milli = self.resources.scalar_totals_view()
 
     @property
     def key(self) -> TaskKey:
@@ -162,10 +162,10 @@ class OutstandingOffer:
     #: Every offer id of the gang bundle this offer belongs to (itself included).
     bundle: tuple[OfferID, ...] = ()
     #: The scalars of ``resources`` in thousandths (what reclaim weighs; made once).
-    milli: dict[str, int] = field(init=False, repr=False, compare=False)
+    milli: Mapping[str, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        self.milli = self.resources.scalar_totals_milli()
+        self.milli = self.resources.scalar_totals_view()
 
 
 @dataclass(frozen=True, slots=True)

@@ -498,3 +498,11 @@ def test_reading() -> None:
     totals = r.scalar_totals_milli()
     totals["cpus"] = 0
     assert r.scalar_totals_milli() == {"cpus": 1750}  # a fresh dict each time
+
+
+def test_the_scalar_totals_view_is_made_once_and_matches_the_totals() -> None:
+    r = R("cpus:1.5;cpus(a):0.25;mem:64;ports:[10-20]")
+    view = r.scalar_totals_view()
+    assert view == r.scalar_totals_milli() == {"cpus": 1750, "mem": 64000}
+    assert r.scalar_totals_view() is view  # shared by every reader of this value
+    assert R("").scalar_totals_view() == {}
