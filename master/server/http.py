@@ -101,7 +101,9 @@ def make_app(
         current = core()
         if current is None:
             return _redirected(standby(request))
-        body = document.encode(current, stats, members())
+        body = await document.encode(current, stats, members())
+        if core() is not current:  # leadership changed while it was built, a turn at a time
+            return _redirected(standby(request))
         return web.Response(body=body, content_type="application/json")
 
     async def summary(request: web.Request) -> web.StreamResponse:
@@ -124,9 +126,12 @@ def make_app(
     app.router.add_get("/state/summary", summary)
     app.router.add_get("/metrics", metrics)
 
-    def state_document() -> dict[str, Any] | None:
+    async def state_document() -> dict[str, Any] | None:
         current = core()
-        return None if current is None else document.build(current, stats, members())
+        if current is None:
+            return None
+        built = await document.build_async(current, stats, members())
+        return built if core() is current else None
 
     mesos_operator.add_routes(
         app, core, stats, leader, redirect=redirect, document=state_document, standby=standby

@@ -17,10 +17,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+import orjson
 from agora.master.core import Master
 from agora.master.core.view import SCALARS
 from agora.master.server.mesos_state import STATE_CALLS, master_state, state_call
@@ -104,6 +105,12 @@ def _host_port(url: str) -> str:
     return "//" + parts.netloc
 
 
+def _dumps(document: Any) -> str:
+    """JSON for aiohttp's ``json_response``: orjson, a few times faster than ``json`` on a
+    state document of tens of megabytes."""
+    return orjson.dumps(document).decode()
+
+
 def add_routes(
     app: web.Application,
     core: Callable[[], Master | None],
@@ -111,12 +118,15 @@ def add_routes(
     leader: Callable[[], dict[str, Any]] | None = None,
     *,
     redirect: bool = False,
-    document: Callable[[], dict[str, Any] | None] = lambda: None,
+    document: Callable[[], Awaitable[dict[str, Any] | None]] | None = None,
     standby: Callable[[web.Request], web.StreamResponse | None] = lambda _: None,
 ) -> None:
-    """Add the Mesos operator routes to the master's operator ``app``. ``document``: Agora's
-    ``/state`` document (None on a standby); ``standby``: a standby's answer to a state
-    request (a redirect to the leader, or 503)."""
+    """Add the Mesos operator routes to the master's operator ``app``. ``document``: builds
+    Agora's ``/state`` document (None on a standby; without it, state is never served);
+    ``standby``: a standby's answer to a state request (a redirect to the leader, or 503)."""
+
+    async def state_document() -> dict[str, Any] | None:
+        return None if document is None else await document()
 
     async def version(_: web.Request) -> web.StreamResponse:
         return web.json_response(
@@ -149,20 +159,20 @@ def add_routes(
             return web.Response(status=400, text="Failed to parse body into JSON")
         kind = call.get("type") if isinstance(call, dict) else None
         if kind in STATE_CALLS:
-            doc = document()
+            doc = await state_document()
             if doc is None:
                 return standby(request) or web.Response(status=503, text="No leading master")
-            return web.json_response(state_call(str(kind), doc, MESOS_VERSION))
+            return web.json_response(state_call(str(kind), doc, MESOS_VERSION), dumps=_dumps)
         status, answer = operator_call(call, core(), stats)
         if isinstance(answer, str):
             return web.Response(status=status, text=answer)
         return web.json_response(answer, status=status)
 
     async def state(request: web.Request) -> web.StreamResponse:
-        doc = document()
+        doc = await state_document()
         if doc is None:
             return standby(request) or web.Response(status=503, text="No leading master")
-        return web.json_response(master_state(doc, MESOS_VERSION))
+        return web.json_response(master_state(doc, MESOS_VERSION), dumps=_dumps)
 
     app.router.add_get("/master/state", state)
     app.router.add_get("/state.json", state)
