@@ -210,8 +210,9 @@ class SimPeers(threading.Thread):
             self._pending = [c for c in self._conns if not c.done]
 
     def _send_due(self, now: float) -> None:
-        """(Re-)register or subscribe whoever is not answered yet and due: first every scheduler
-        (the tasks agents report name their frameworks), then the agents."""
+        """(Re-)register or subscribe whoever is not answered yet and due. Agents wait until
+        every scheduler has subscribed once (the tasks they report name the frameworks' ids);
+        after a failover they re-register while the schedulers re-subscribe, as in a cluster."""
         still = []
         frameworks_ready = self.subscribed == self.frameworks
         for conn in self._pending:
