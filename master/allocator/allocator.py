@@ -477,6 +477,21 @@ class Allocator:
     def total(self, agent_id: AgentID) -> Resources:
         return self._agent(agent_id).total
 
+    def scalars(self, agent_id: AgentID) -> tuple[Mapping[str, int], Mapping[str, int]]:
+        """The agent's total and :meth:`available` scalars in thousandths, as the allocator
+        keeps them (read only)."""
+        agent = self._agent(agent_id)
+        return agent.total_milli, agent.free_milli
+
+    def allocated_scalars(self) -> dict[str, int]:
+        """Scalars held by frameworks (offered or in use) over every agent, in thousandths:
+        kept per role as allocations change, so this costs the number of roles, not agents."""
+        out: dict[str, int] = {}
+        for state in self._ledger.roles.values():
+            for name, milli in state.alloc.items():
+                out[name] = out.get(name, 0) + milli
+        return out
+
     def share(self, framework_id: FrameworkID) -> float:
         """Weighted dominant share within its roles' framework sorters (the largest, if several)."""
         best = 0.0

@@ -5,7 +5,7 @@ given. Linear in agents and tasks, with no per-row records built for the rows no
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from agora.master.core.state import Agent, AgentStatus, Framework, MasterState, Task
@@ -41,19 +41,19 @@ def select(st: MasterState, query: GetState) -> Selection:
         entry = registry.get(aid)
         drained = entry is not None and entry.draining
         share = 0.0
-        agent_total = agent.info.resources.scalar_totals_milli()
+        agent_total = agent.info.resources.scalar_totals_view()
         _add(total, agent_total)
         if agent.status is AgentStatus.ACTIVE:
             draining += drained
             if alloc.has_agent(aid):
-                free = alloc.available(aid).scalar_totals_milli()
-                held = {
-                    n: v - free.get(n, 0) for n, v in alloc.total(aid).scalar_totals_milli().items()
-                }
-                _add(used, held)
-                share = max(
-                    (v / agent_total[n] for n, v in held.items() if agent_total.get(n)), default=0.0
-                )
+                held_total, free = alloc.scalars(aid)
+                for n, v in held_total.items():
+                    held = v - free.get(n, 0)
+                    if held:
+                        used[n] = used.get(n, 0) + held
+                        whole = agent_total.get(n)
+                        if whole and held / whole > share:
+                            share = held / whole
         else:
             unreachable += 1
         status = "DRAINING" if drained and agent.status is AgentStatus.ACTIVE else ""
@@ -110,7 +110,7 @@ def _contains(needle: str, *fields: str) -> bool:
     return any(needle in field.lower() for field in fields)
 
 
-def _add(into: dict[str, int], amounts: dict[str, int]) -> None:
+def _add(into: dict[str, int], amounts: Mapping[str, int]) -> None:
     for name, milli in amounts.items():
         into[name] = into.get(name, 0) + milli
 

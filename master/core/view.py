@@ -14,7 +14,7 @@ stay as fast as the format allows: read it at once, never across an ``await``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from agora.master.allocator import AllocatorError
@@ -204,9 +204,11 @@ class StateView:
         alloc = st.allocator
         agents = {"ACTIVE": 0, "UNREACHABLE": 0, "DISCONNECTED": 0, "DRAINING": 0, "DRAINED": 0}
         registry = st.registry.agents
-        # Sums in thousandths, one pass over each agent's scalars (this runs on every scrape).
+        # Sums in thousandths (this runs on every scrape): each agent's total is read from the
+        # scalars its resources keep; what frameworks hold comes summed from the allocator.
         total_milli = dict.fromkeys(SCALARS, 0)
-        used_milli = dict.fromkeys(SCALARS, 0)
+        held = alloc.allocated_scalars()
+        used_milli = {name: held.get(name, 0) for name in SCALARS}
         for agent in st.agents.values():
             agents[agent.status.value] = agents.get(agent.status.value, 0) + 1
             if agent.status.value == "ACTIVE":
@@ -216,10 +218,7 @@ class StateView:
                 if entry is not None and entry.draining:
                     agents["DRAINING"] += 1  # (active ones, as GET_STATE counts them)
                     agents["DRAINED"] += maintenance.drained(st, agent)  # (of the draining)
-            _add(total_milli, agent.info.resources.scalar_totals_milli(), 1)
-            if alloc.has_agent(agent.agent_id):
-                _add(used_milli, alloc.total(agent.agent_id).scalar_totals_milli(), 1)
-                _add(used_milli, alloc.available(agent.agent_id).scalar_totals_milli(), -1)
+            _add(total_milli, agent.info.resources.scalar_totals_view())
         connected = sum(1 for fw in st.frameworks.values() if fw.connected)
         tasks = st.tally.by_state()  # kept as tasks change: no walk over them
         return Counts(
@@ -237,6 +236,6 @@ class StateView:
         )
 
 
-def _add(into: dict[str, int], amounts: dict[str, int], sign: int) -> None:
+def _add(into: dict[str, int], amounts: Mapping[str, int]) -> None:
     for name in into:
-        into[name] += sign * amounts.get(name, 0)
+        into[name] += amounts.get(name, 0)

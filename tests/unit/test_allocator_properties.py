@@ -268,11 +268,18 @@ class AllocatorMachine(RuleBasedStateMachine):
         per_agent: dict[AgentID, Resources] = {}
         for (_, agent, _), res in self.model.items():
             per_agent[agent] = per_agent.get(agent, EMPTY) + res
+        held = EMPTY
         for agent, total in self.totals.items():
             available = self.a.available(agent)
             assert available + per_agent.get(agent, EMPTY) == total
             assert available.contains(self.a.earmarked(agent))
+            assert self.a.scalars(agent) == (
+                total.scalar_totals_milli(),
+                available.scalar_totals_milli(),
+            )
+            held = held + per_agent.get(agent, EMPTY)
         assert set(per_agent) <= set(self.totals)
+        assert self.a.allocated_scalars() == held.scalar_totals_milli()
 
     @invariant()
     def allocations_match_model(self) -> None:
