@@ -198,7 +198,7 @@ def _add(
     st.absent_frameworks.pop(framework_id, None)
     fw = Framework(framework_id=framework_id, info=info, peer=sender, subscribed_at=now)
     # Tasks reported by re-registered agents before the framework came back.
-    fw.tasks = st.claim_tasks(framework_id)
+    st.claim_tasks(fw)
     _bind_peer(st, fw, sender)
     st.frameworks[framework_id] = fw
     st.allocator.add_framework(

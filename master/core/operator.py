@@ -96,8 +96,8 @@ def _framework(view: StateView, row: FrameworkRow) -> FrameworkSummary:
         share=row.share,
         offers=row.offers,
         failovers=fw.failovers,
-        running=view.count(fw.tasks, RUNNING),
-        staging=view.count(fw.tasks, STAGING),
+        running=view.framework_count(fw, RUNNING),
+        staging=view.framework_count(fw, STAGING),
     )
 
 

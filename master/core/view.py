@@ -183,12 +183,21 @@ class StateView:
         return sum(1 for k in keys if (task := tasks.get(k)) is not None and task.state in states)
 
     def task_states(self) -> dict[str, dict[str, int]]:
-        """Framework id -> its live tasks by state (frameworks without one are absent)."""
+        """Registered framework id -> its live tasks by state (frameworks without one are
+        absent), from the counts kept as tasks change."""
         by_framework: dict[str, dict[str, int]] = {}
-        for task in self._st.tasks.values():
-            counts = by_framework.setdefault(task.framework_id, {})
-            counts[task.state.value] = counts.get(task.state.value, 0) + 1
+        for fid, fw in self._st.frameworks.items():
+            counts = {state.value: n for state, n in fw.live.items() if n}
+            if counts:
+                by_framework[fid] = counts
         return by_framework
+
+    def framework_count(self, fw: Framework, states: frozenset[TaskState]) -> int:
+        """How many of ``fw``'s live tasks are in one of ``states``: from its kept counts while
+        it is registered, by a walk over its tasks once it was removed."""
+        if self._st.frameworks.get(fw.framework_id) is fw:
+            return sum(fw.live[state] for state in states)
+        return self.count(fw.tasks, states)
 
     def _share(self, framework_id: FrameworkID) -> float | None:
         try:

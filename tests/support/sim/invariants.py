@@ -416,6 +416,11 @@ def _check_task_books(st: MasterState) -> None:
     assert kept_live == dict(live) and kept_done == dict(done), (
         f"task tally live {kept_live} done {kept_done}, recounted {dict(live)} and {dict(done)}"
     )
+    for fw in st.frameworks.values():
+        recount = Counter(st.tasks[key].state for key in fw.tasks if key in st.tasks)
+        assert _nonzero(fw.live) == dict(recount), (
+            f"{fw.framework_id}'s live tasks counted {_nonzero(fw.live)}, recounted {recount}"
+        )
     unclaimed = {key for key in st.tasks if key[0] not in st.frameworks}
     indexed = {key for keys in st.unclaimed_tasks.values() for key in keys}
     assert indexed == unclaimed and all(st.unclaimed_tasks.values()), (
