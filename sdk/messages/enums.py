@@ -50,9 +50,15 @@ TERMINAL_STATES: Final[frozenset[TaskState]] = frozenset(
 )
 
 
+# The values, for the checks below: a str's hash is cached, an Enum member's is computed in
+# Python on every lookup (these run several times per task an agent reports).
+_TERMINAL_VALUES: Final[frozenset[str]] = frozenset(s._value_ for s in TERMINAL_STATES)
+_FINAL_VALUES: Final[frozenset[str]] = _TERMINAL_VALUES | {TaskState.LOST._value_}
+
+
 def is_terminal(state: TaskState) -> bool:
     """True for states a task never leaves (see TERMINAL_STATES; LOST is not one)."""
-    return state in TERMINAL_STATES
+    return state._value_ in _TERMINAL_VALUES
 
 
 def is_final(state: TaskState) -> bool:
@@ -60,7 +66,7 @@ def is_final(state: TaskState) -> bool:
     and LOST as an agent reports it (Mesos's ``isTerminalState``). A master that calls a task
     LOST because its agent is out of reach cannot know that, so the master core treats its own
     LOST apart; everything else asks this one function."""
-    return state in TERMINAL_STATES or state is TaskState.LOST
+    return state._value_ in _FINAL_VALUES
 
 
 @enum.unique

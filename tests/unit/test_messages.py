@@ -531,3 +531,11 @@ def test_final_states_have_one_definition_for_master_agent_and_sdk() -> None:
     assert {s for s in TaskState if is_final(s)} == {s for s in TaskState if is_terminal(s)} | {
         TaskState.LOST
     }
+
+
+def test_which_task_states_are_terminal_and_final() -> None:
+    from agora.sdk.messages.enums import is_final, is_terminal
+
+    terminal = {s.name for s in TaskState if is_terminal(s)}
+    assert terminal == {"FINISHED", "FAILED", "KILLED", "ERROR", "DROPPED", "GONE"}
+    assert {s.name for s in TaskState if is_final(s)} == terminal | {"LOST"}
