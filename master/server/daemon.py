@@ -40,7 +40,7 @@ from agora.master.server.local_calls import LOCAL_PEER, LocalCalls, NotActing
 from agora.master.server.outbox import Outbox
 from agora.master.server.peers import PeerTable
 from agora.master.server.stats import BAD_FRAME_TOP_PEERS, DaemonStats
-from agora.master.server.streams import Streams
+from agora.master.server.streams import STREAM_PEER, Streams
 from agora.sdk.daemon.history import History
 from agora.sdk.daemon.ratelimit import KeyedLogLimiter
 from agora.sdk.errors import ProtocolError
@@ -74,6 +74,10 @@ MAX_BATCH: Final = 1024
 #: within the election timeout) and the ticker get the loop at least this often, however long a
 #: burst of client messages is.
 MAX_BATCH_SECONDS: Final = 0.005
+#: Seconds the updates and acknowledgements an HTTP scheduler's calls make are held before they
+#: leave, merged with those of the calls that follow (a Mesos framework acknowledges every
+#: update with a call of its own). Launches and kills are not held.
+STREAM_HOLD_SECONDS: Final = 0.01
 _ELECTION: Final = (
     VoteRequest,
     VoteReply,
@@ -145,6 +149,8 @@ class MasterDaemon:
         )
         #: Schedulers subscribed over HTTP (the Mesos scheduler API), one event stream each.
         self.streams = Streams()
+        #: A release of what stream calls held is due (see STREAM_HOLD_SECONDS).
+        self._stream_release_due = False
         self._outbox = Outbox(
             server,
             core=lambda: self._core,
@@ -420,13 +426,25 @@ class MasterDaemon:
             message = replace(message, kill_id=new_kill_id())  # from an older driver
         log_call(peer, message)
         self._outbox.batcher.heard(peer, message)
+        from_stream = peer.startswith(STREAM_PEER)
         async with self._lock:
             try:
                 actions = core.handle(peer, message, self._clock())
             except Exception:
                 log.exception("core_failed", peer=peer, message=message.NAME)
                 actions = [self._error(peer, ErrorCode.INTERNAL, f"{message.NAME} failed")]
-            await self._outbox.perform(actions)
+            await self._outbox.perform(actions, release=not from_stream)
+        if from_stream and not self._stream_release_due:
+            self._stream_release_due = True
+            self._spawn(self._release_stream_holds(), "master-stream-release")
+
+    async def _release_stream_holds(self) -> None:
+        try:
+            await asyncio.sleep(STREAM_HOLD_SECONDS)
+        finally:
+            self._stream_release_due = False
+        async with self._lock:
+            await self._outbox.release_batches()
 
     async def _bad_frame(self, peer: str, error: ProtocolError | None) -> None:
         reason = str(error) if error is not None else "bad frame"

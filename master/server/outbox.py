@@ -74,10 +74,11 @@ class Outbox:
         #: True while the receive loop handles a burst: held messages wait for its end.
         self.in_burst = False
 
-    async def perform(self, actions: Iterable[Action]) -> None:
+    async def perform(self, actions: Iterable[Action], *, release: bool = True) -> None:
         """Send what the core said, in order per peer. Updates and acknowledgements for peers
         that read batches are held to the end of the receive loop's burst (or of this call,
-        outside one) and leave merged."""
+        outside one, unless ``release`` is false: then until :meth:`release_batches`) and leave
+        merged."""
         history = self._history
         batcher = self.batcher
         core = self._core()
@@ -110,7 +111,7 @@ class Outbox:
                 for earlier, epoch in batcher.release_for(action.to):
                     await self.send(action.to, earlier, epoch)
             await self.send(action.to, message, action.epoch)
-        if not self.in_burst:
+        if release and not self.in_burst:
             await self.release_batches()
 
     async def release_batches(self) -> None:

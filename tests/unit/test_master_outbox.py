@@ -13,7 +13,20 @@ from agora.master.server.stats import DaemonStats
 from agora.master.server.streams import Streams
 from agora.sdk import codec
 from agora.sdk.daemon.history import History
-from agora.sdk.messages import Error, ErrorCode, Heartbeat, Message, StateReply
+from agora.sdk.ids import FrameworkID, TaskID
+from agora.sdk.messages import (
+    AgentInfo,
+    Error,
+    ErrorCode,
+    Heartbeat,
+    Message,
+    RegisterAgent,
+    StateReply,
+    StatusUpdateAck,
+    StatusUpdateAcks,
+)
+from agora.sdk.messages.batching import BATCHES
+from agora.sdk.resources import Resources
 
 
 class EncodingServer:
@@ -80,3 +93,39 @@ def test_what_goes_to_an_http_scheduler_goes_down_its_stream_not_the_socket() ->
         assert server.sent == [] and stats.messages_dropped == 1  # its stream is gone
 
     asyncio.run(run())
+
+
+def test_acknowledgements_held_by_calls_that_do_not_release_leave_merged_at_the_release() -> None:
+    async def run() -> None:
+        server = EncodingServer()
+        outbox = Outbox(
+            server,  # type: ignore[arg-type]
+            core=lambda: None,
+            leadership=lambda: None,
+            propose=lambda _action: None,
+            answer_local=lambda _peer, _message: None,
+            deliver_stream=lambda _peer, _message: False,
+            stats=DaemonStats(),
+            history=History(None, "master"),
+            debug=False,
+        )
+        outbox.batcher.heard("agent-1", _batch_reading_agent())
+        acks = [
+            StatusUpdateAck(framework_id=FrameworkID("f"), task_id=TaskID(f"t{i}"), uuid=bytes(16))
+            for i in range(3)
+        ]
+        for ack in acks:  # three acknowledgement calls from an HTTP scheduler, one by one
+            await outbox.perform([Send(to="agent-1", message=ack, epoch=1)], release=False)
+        assert server.sent == []
+        await outbox.release_batches()
+        assert server.sent == [("agent-1", StatusUpdateAcks(acks=tuple(acks)))]
+        # Released by default (as a socket call outside a burst is): the ack leaves at once.
+        await outbox.perform([Send(to="agent-1", message=acks[0], epoch=1)])
+        assert server.sent[-1] == ("agent-1", acks[0])
+
+    asyncio.run(run())
+
+
+def _batch_reading_agent() -> RegisterAgent:
+    info = AgentInfo(hostname="h", resources=Resources.parse("cpus:1;mem:64"))
+    return RegisterAgent(agent_info=info, features=(BATCHES,))
