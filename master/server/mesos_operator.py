@@ -10,9 +10,10 @@
 - ``POST /api/v1`` (JSON only; protobuf: 415): ``GET_HEALTH``, ``GET_VERSION``, ``GET_METRICS``
   in the Mesos v1 operator API's shapes; other known call types 501, unknown ones 400.
 
-- ``GET /master/state`` and ``GET /state.json``, and the ``/api/v1`` calls GET_STATE,
-  GET_AGENTS, GET_FRAMEWORKS and GET_TASKS: the state in Mesos's shapes (see
-  :mod:`agora.master.server.mesos_state`); a standby answers them as it answers ``/state``.
+- ``GET /master/state`` (also ``/master/state.json``) and ``GET /state.json``, and the
+  ``/api/v1`` calls GET_STATE, GET_AGENTS, GET_FRAMEWORKS and GET_TASKS: the state in Mesos's
+  shapes (see :mod:`agora.master.server.mesos_state`); a standby answers them as it answers
+  ``/state``.
 """
 
 from __future__ import annotations
@@ -182,6 +183,7 @@ def add_routes(
         return await _json_off_loop(master_state, doc, MESOS_VERSION)
 
     app.router.add_get("/master/state", state)
+    app.router.add_get("/master/state.json", state)
     app.router.add_get("/state.json", state)
     app.router.add_get("/version", version)
     app.router.add_post("/api/v1", api_v1)
