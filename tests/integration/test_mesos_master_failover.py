@@ -38,7 +38,12 @@ def ha(tmp_path: Path) -> Iterator[Local]:
 
 
 def test_pymesos_follows_a_leader_failover_without_losing_its_task(ha: Local) -> None:
-    urls = (ha.home / "master.http").read_text().strip().split(",")
+    http_file = ha.home / "master.http"  # written (atomically) just after the address is printed
+
+    def addresses() -> list[str] | None:
+        return http_file.read_text().strip().split(",") if http_file.exists() else None
+
+    urls = wait_for(addresses, 10, "the masters' HTTP addresses")
     assert len(urls) == 3
     token = next(ha.home.rglob("operator.token")).read_text().strip()
     sched = PymesosScheduler()
