@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
 from agora.master.core import Master, MasterConfig
@@ -41,22 +42,31 @@ class EncodingServer:
         return True
 
 
-def test_a_state_too_big_for_one_frame_is_answered_with_an_error_saying_what_to_ask(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    server = EncodingServer()
-    stats = DaemonStats()
-    outbox = Outbox(
+def _outbox(
+    server: EncodingServer,
+    stats: DaemonStats,
+    deliver_stream: Callable[[str, Message], bool] = lambda _peer, _message: False,
+) -> Outbox:
+    """An outbox sending to ``server``, with no core, leadership or in-process callers."""
+    return Outbox(
         server,  # type: ignore[arg-type]
         core=lambda: None,
         leadership=lambda: None,
         propose=lambda _action: None,
         answer_local=lambda _peer, _message: None,
-        deliver_stream=lambda _peer, _message: False,
+        deliver_stream=deliver_stream,
         stats=stats,
         history=History(None, "master"),
         debug=False,
     )
+
+
+def test_a_state_too_big_for_one_frame_is_answered_with_an_error_saying_what_to_ask(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    server = EncodingServer()
+    stats = DaemonStats()
+    outbox = _outbox(server, stats)
     state = snapshot(Master(MasterConfig(master_id="m", address="tcp://127.0.0.1:1")).state)
     assert isinstance(state, StateReply)
     monkeypatch.setattr(codec, "MAX_FRAME_BYTES", len(codec.encode(state)) - 1)
@@ -75,17 +85,7 @@ def test_what_goes_to_an_http_scheduler_goes_down_its_stream_not_the_socket() ->
         stats = DaemonStats()
         streams = Streams()
         stream = streams.open("alice")
-        outbox = Outbox(
-            server,  # type: ignore[arg-type]
-            core=lambda: None,
-            leadership=lambda: None,
-            propose=lambda _action: None,
-            answer_local=lambda _peer, _message: None,
-            deliver_stream=streams.deliver,
-            stats=stats,
-            history=History(None, "master"),
-            debug=False,
-        )
+        outbox = _outbox(server, stats, deliver_stream=streams.deliver)
         await outbox.perform([Send(to=stream.peer, message=Heartbeat(), epoch=1)])
         assert server.sent == [] and stream.queue.get_nowait() == Heartbeat()
         streams.end(stream)
@@ -98,17 +98,7 @@ def test_what_goes_to_an_http_scheduler_goes_down_its_stream_not_the_socket() ->
 def test_acknowledgements_held_by_calls_that_do_not_release_leave_merged_at_the_release() -> None:
     async def run() -> None:
         server = EncodingServer()
-        outbox = Outbox(
-            server,  # type: ignore[arg-type]
-            core=lambda: None,
-            leadership=lambda: None,
-            propose=lambda _action: None,
-            answer_local=lambda _peer, _message: None,
-            deliver_stream=lambda _peer, _message: False,
-            stats=DaemonStats(),
-            history=History(None, "master"),
-            debug=False,
-        )
+        outbox = _outbox(server, DaemonStats())
         outbox.batcher.heard("agent-1", _batch_reading_agent())
         acks = [
             StatusUpdateAck(framework_id=FrameworkID("f"), task_id=TaskID(f"t{i}"), uuid=bytes(16))
