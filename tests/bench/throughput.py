@@ -13,7 +13,9 @@ so the same workload measures what that API costs over Agora's own protocol.
 
 Prints one JSON line: tasks, seconds (first ACCEPT to last TASK_FINISHED), tasks_per_s, and the
 ACCEPT -> TASK_RUNNING percentiles of phase 2 (``launch_to_running_*``) and of phase 1, where
-thousands of tasks queue behind each other (``loaded_launch_to_running_*``). Work dirs go on
+thousands of tasks queue behind each other (``loaded_launch_to_running_*``). Updates are
+at-least-once: each task's end is counted once, and ``duplicate_updates`` says how many terminal
+updates came again (an agent re-sends one whose acknowledgement is late). Work dirs go on
 /dev/shm when it exists: file creation on this VM's disks is slow and erratic.
 
     python tests/bench/throughput.py --tasks 5000 [--isolation posix] [--api mesos]
