@@ -43,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -177,10 +178,16 @@ async def run_sockets(
             _say(f"{agents * per_agent} tasks reported in {out['tasks_reported_s']}s")
             pid = group.master_at(leader.endpoint).proc.pid  # type: ignore[union-attr]
             out["leader_rss_mib"] = rss_mib(pid)
-            out["state_http_ms"] = time_state(port_of[leader.endpoint], 3)
-            await asyncio.sleep(3.0)  # a few allocation runs with every framework declining
-            out["allocation"] = allocation_runs(port_of[leader.endpoint])
-            _say(f"leader RSS {out['leader_rss_mib']} MiB; /state {out['state_http_ms']}")
+            try:
+                out["state_http_ms"] = time_state(port_of[leader.endpoint], 3)
+                await asyncio.sleep(3.0)  # a few allocation runs with every framework declining
+                out["allocation"] = allocation_runs(port_of[leader.endpoint])
+            except urllib.error.HTTPError as exc:
+                # It no longer leads (a standby answers 503): a step-down, counted from the logs
+                # below. The kill rounds need the leader the simulated peers follow: skipped.
+                out["aborted"] = f"the leader answered HTTP {exc.code} while it was measured"
+                out["kills_skipped"], kills = kills, 0
+            _say(f"leader RSS {out['leader_rss_mib']} MiB; /state {out.get('state_http_ms')}")
             for n in range(kills):
                 round_ = await kill_round(group, probe, sim, leader, agents)
                 elected.append(round_.elected)
