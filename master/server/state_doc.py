@@ -84,62 +84,55 @@ class StateDocument:
         whole document is built: its rows live until it is sent, and a collection after each
         slice would walk all the rows made so far again."""
         with _gc_paused():
-            yield from self._fill(core, stats, masters, out)
-
-    def _fill(
-        self,
-        core: Master,
-        stats: DaemonStats,
-        masters: tuple[MasterMember, ...],
-        out: dict[str, Any],
-    ) -> Iterator[None]:
-        view = core.view()
-        info = view.master_info
-        now = time.time()
-        tasks_by_framework = view.task_states()
-        rows = view.frameworks()
-        agents = view.agents()
-        tasks = view.tasks(rows)
-        agent_rows: list[dict[str, Any]] = []
-        task_rows: list[dict[str, Any]] = []
-        out.update(
-            {
-                "cluster": view.cluster,
-                "insecure": view.insecure,
-                "master": {
-                    "id": info.master_id,
-                    "epoch": info.epoch,
-                    "address": info.address,
-                    "uptime": stats.uptime(),
-                    "leader_since": view.leader_since,
-                    "elected": True,
-                },
-                "masters": [
-                    {
-                        "address": m.address,
-                        "role": m.role,
-                        "reachable": m.reachable,
-                        "last_contact": m.last_contact,
-                    }
-                    for m in masters
-                ],
-                "agents": agent_rows,
-                "frameworks": [_framework(row, tasks_by_framework) for row in rows],
-                "tasks": task_rows,
-                "offers": _offers(view, now),
-                "roles": [_role(r) for r in view.roles()],
-                "maintenance": [msgspec.to_builtins(w) for w in view.maintenance()],
-            }
-        )
-        if len(self._agents) > len(agents):  # forget agents that are gone
-            known = {agent.agent_id for agent in agents}
-            self._agents = {aid: v for aid, v in self._agents.items() if aid in known}
-        for start in range(0, len(agents), ROWS_PER_TURN):
-            yield
-            agent_rows.extend(self._agent(view, a) for a in agents[start : start + ROWS_PER_TURN])
-        for start in range(0, len(tasks), ROWS_PER_TURN):
-            yield
-            task_rows.extend(_task(t) for t in tasks[start : start + ROWS_PER_TURN])
+            view = core.view()
+            info = view.master_info
+            now = time.time()
+            tasks_by_framework = view.task_states()
+            rows = view.frameworks()
+            agents = view.agents()
+            tasks = view.tasks(rows)
+            agent_rows: list[dict[str, Any]] = []
+            task_rows: list[dict[str, Any]] = []
+            out.update(
+                {
+                    "cluster": view.cluster,
+                    "insecure": view.insecure,
+                    "master": {
+                        "id": info.master_id,
+                        "epoch": info.epoch,
+                        "address": info.address,
+                        "uptime": stats.uptime(),
+                        "leader_since": view.leader_since,
+                        "elected": True,
+                    },
+                    "masters": [
+                        {
+                            "address": m.address,
+                            "role": m.role,
+                            "reachable": m.reachable,
+                            "last_contact": m.last_contact,
+                        }
+                        for m in masters
+                    ],
+                    "agents": agent_rows,
+                    "frameworks": [_framework(row, tasks_by_framework) for row in rows],
+                    "tasks": task_rows,
+                    "offers": _offers(view, now),
+                    "roles": [_role(r) for r in view.roles()],
+                    "maintenance": [msgspec.to_builtins(w) for w in view.maintenance()],
+                }
+            )
+            if len(self._agents) > len(agents):  # forget agents that are gone
+                known = {agent.agent_id for agent in agents}
+                self._agents = {aid: v for aid, v in self._agents.items() if aid in known}
+            for start in range(0, len(agents), ROWS_PER_TURN):
+                yield
+                agent_rows.extend(
+                    self._agent(view, a) for a in agents[start : start + ROWS_PER_TURN]
+                )
+            for start in range(0, len(tasks), ROWS_PER_TURN):
+                yield
+                task_rows.extend(_task(t) for t in tasks[start : start + ROWS_PER_TURN])
 
     def _agent(self, view: StateView, agent: Agent) -> dict[str, Any]:
         aid = agent.agent_id
