@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from agora.master.allocator.amounts import is_scalar_only
 from agora.master.allocator.claims import claims
@@ -482,6 +482,17 @@ class Allocator:
         keeps them (read only)."""
         agent = self._agent(agent_id)
         return agent.total_milli, agent.free_milli
+
+    def busiest(self) -> Iterator[AgentID]:
+        """Every agent, the busiest first: by the largest share of any of its scalars that
+        frameworks hold (offered or in use), to the whole percent rounded up; agents at the
+        same percent in the order they reached it. Lazy: the first n cost O(n + 100)."""
+        for bucket in reversed(self._ledger.by_busy):
+            yield from bucket
+
+    def busy_percent(self, agent_id: AgentID) -> int:
+        """The agent's place in :meth:`busiest`: its largest held share, in percent."""
+        return self._agent(agent_id).busy
 
     def allocated_scalars(self) -> dict[str, int]:
         """Scalars held by frameworks (offered or in use) over every agent, in thousandths:

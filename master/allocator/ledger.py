@@ -6,7 +6,7 @@ resources between the two (:meth:`Ledger.grant`, :meth:`Ledger.release`) and kee
 derived number in step: the per-agent scalar mirrors, the cluster-wide totals (of every
 agent, and of the free resources of active ones), the role and framework sorters, and the
 *epoch* (bumped whenever something might let a waiting gang fit: resources freed, an agent
-added or activated, an offer closed).
+added or activated, an offer closed), and the agents ranked by how much of them is held.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ class Ledger:
         "_sorter_kind",
         "agents",
         "allocs",
+        "by_busy",
         "cluster_total",
         "earmark_total",
         "earmark_unres",
@@ -71,6 +72,9 @@ class Ledger:
         self.topology = 0  # bumped when agents come, go, or change activity
         self.freed: set[AgentID] = set()  # agents whose offerable grew, while track_freed
         self.track_freed = False
+        #: Agents by ``AgentState.busy`` (0 to 100 percent held), each bucket in the order its
+        #: agents entered it: the busiest agents are read without looking at the others.
+        self.by_busy: list[dict[AgentID, None]] = [{} for _ in range(101)]
 
     # ------------------------------------------------------------------ sorters and roles
 
@@ -151,6 +155,22 @@ class Ledger:
         if self.track_freed:
             self.freed.add(agent.id)
 
+    def _rank(self, agent: AgentState) -> None:
+        """Move the agent to the bucket of its share held now (after its free part changed)."""
+        busy = 0
+        free = agent.free_milli
+        for name, whole in agent.total_milli.items():
+            if whole > 0:
+                held = whole - free.get(name, 0)
+                if held > 0:
+                    percent = -(-held * 100 // whole)
+                    if percent > busy:
+                        busy = percent
+        if busy != agent.busy:
+            del self.by_busy[agent.busy][agent.id]
+            self.by_busy[busy][agent.id] = None
+            agent.busy = busy
+
     def _unreserved(self, agent: AgentState, res: Resources, milli: _Milli) -> _Milli:
         return res.unreserved().scalar_totals_milli() if agent.reserved else milli
 
@@ -191,6 +211,7 @@ class Ledger:
             raise AllocatorError(f"agent {agent_id!r}: used {in_use} exceeds total {total}")
         agent = AgentState(agent_id, total, order)
         self.agents[agent_id] = agent
+        self.by_busy[0][agent_id] = None
         self._count_total(agent, +1)
         if in_use:  # what its tasks hold comes off its free part at once, not grant by grant
             agent.free = total - in_use
@@ -199,6 +220,7 @@ class Ledger:
         for (framework_id, role), res in used.items():
             if res:
                 self._hold(framework_id, agent, role, res, res.scalar_totals_view())
+        self._rank(agent)
         self._changed(agent)
         self.topology += 1
         return agent
@@ -212,6 +234,7 @@ class Ledger:
             self._forget_alloc(framework_id, agent, role)
             self._unaccount(framework_id, role, res.scalar_totals_milli())
         del self.agents[agent.id]
+        del self.by_busy[agent.busy][agent.id]
         self.freed.discard(agent.id)
         self.topology += 1
 
@@ -283,6 +306,7 @@ class Ledger:
             subtract_into(self.free_total, milli)
             subtract_into(self.free_unres, self._unreserved(agent, res, milli))
         self._hold(framework_id, agent, role, res, milli)
+        self._rank(agent)
 
     def _hold(
         self,
@@ -332,6 +356,7 @@ class Ledger:
             add_into(self.free_total, milli)
             add_into(self.free_unres, self._unreserved(agent, res, milli))
         self._unaccount(framework_id, role, milli)
+        self._rank(agent)
         self._changed(agent)
 
     def convert(

@@ -26,6 +26,7 @@ class AgentState:
     __slots__ = (
         "active",
         "allocs",
+        "busy",
         "earmark",
         "earmark_milli",
         "free",
@@ -54,6 +55,9 @@ class AgentState:
         self.earmark: Resources = EMPTY
         self.earmark_milli: dict[str, int] = {}
         self.role_totals: dict[str, dict[str, int]] = {}
+        #: The largest share of any of its scalars that frameworks hold, in whole percent
+        #: rounded up (its place in ``Ledger.by_busy``).
+        self.busy = 0
 
     def total_for(self, role: str) -> dict[str, int]:
         """Scalars of the total a framework of ``role`` could use (cached)."""

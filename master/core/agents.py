@@ -107,6 +107,10 @@ def _admit(
             agent_id=agent_id, info=info, peer=peer, status=AgentStatus.ACTIVE, registered_at=now
         )
         st.agents[agent_id] = agent
+    else:
+        st.count_agent(agent.info, -1)
+    st.count_agent(info, +1)
+    st.offline_agents.discard(agent_id)
     agent.info = info
     agent.peer = peer
     agent.status = AgentStatus.ACTIVE
@@ -261,7 +265,7 @@ def _readmit(
             status = st.master_status(
                 at.task.task_id, at.state, Reason.AGENT_REREGISTERED, now, agent_id=agent_id
             )
-            task.status = status
+            st.set_status(task, status)
             st.send_framework(at.framework_id, Update(status=status))
     for key in sorted(previously - seen):
         _vanished(st, key, agent_id, now)
@@ -322,7 +326,8 @@ def _vanished(st: MasterState, key: TaskKey, agent_id: AgentID, now: float) -> N
     state = TaskState.GONE if fw is not None and fw.partition_aware else TaskState.LOST
     status = st.master_status(key[1], state, Reason.AGENT_RESTARTED, now, agent_id=agent_id)
     st.set_task_state(task, state)
-    task.status, task.released = status, True
+    st.set_status(task, status)
+    task.released = True
     st.send_framework(task.framework_id, Update(status=status))
     st.forget_task(key)
 
@@ -418,6 +423,7 @@ def mark_unreachable(st: MasterState, agent: Agent, now: float) -> None:
     _take_offline(st, agent, now)
     agent.status = AgentStatus.UNREACHABLE
     agent.unreachable_since = now
+    st.offline_agents.add(agent.agent_id)
     for key in sorted(agent.tasks):
         task = st.tasks[key]
         task.released = True  # the allocator forgot the agent and everything on it
@@ -470,10 +476,10 @@ def _remove(st: MasterState, agent: Agent, now: float, *, by_operator: bool = Fa
             state = gone if fw is not None and fw.partition_aware else TaskState.LOST
             status = st.master_status(key[1], state, reason, now, agent_id=agent.agent_id)
             st.set_task_state(task, state)
-            task.status = status
+            st.set_status(task, status)
             st.send_framework(task.framework_id, Update(status=status))
         complete(st, task)  # operators still see how it ended (agora tasks --all)
-    del st.agents[agent.agent_id]
+    st.drop_agent(agent.agent_id)
     st.removed_agents.add(agent.agent_id)
     _failure(st, agent.agent_id)
 
@@ -501,7 +507,7 @@ def _propose_forget(st: MasterState, agent_id: AgentID, now: float) -> None:
 
     def forget(_now: float) -> None:
         st.busy_agents.discard(agent_id)
-        agent = st.agents.pop(agent_id, None)
+        agent = st.drop_agent(agent_id)
         if agent is not None:
             for key in list(agent.tasks):
                 st.forget_task(key)

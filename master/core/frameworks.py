@@ -407,10 +407,11 @@ def _remove_now(st: MasterState, fw: Framework, now: float) -> None:
             kill = KillTask(framework_id=fw.framework_id, task_id=key[1], kill_id=st.mint("K"))
             st.send_agent(task.agent_id, kill)
             st.set_task_state(task, TaskState.KILLED)
-            task.status = st.master_status(
+            status = st.master_status(
                 key[1], TaskState.KILLED, Reason.FRAMEWORK_REMOVED, now, agent_id=task.agent_id
             )
-        st.forget_task(key)
+            st.set_status(task, status)
+        st.forget_task(key, kept=True)
         st.keep_completed(fw, task)
     for agent in st.agents.values():
         for exec_key in [k for k in agent.executors if k[0] == fw.framework_id]:

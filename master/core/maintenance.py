@@ -343,9 +343,9 @@ def _propose_drain(
 
 def _enforce_deadlines(st: MasterState, now: float) -> None:
     """Kill what still runs on agents whose drain deadline has passed (reason AGENT_DRAINING)."""
-    for agent_id, entry in st.registry.agents.items():
-        deadline = entry.drain_deadline
-        if not entry.draining or deadline is None or now < deadline:
+    for agent_id in sorted(st.registry.draining):
+        deadline = st.registry.agents[agent_id].drain_deadline
+        if deadline is None or now < deadline:
             continue
         agent = st.agents.get(agent_id)
         if agent is None or agent.status is not AgentStatus.ACTIVE:

@@ -16,6 +16,7 @@ from agora.master.allocator import Allocator
 from agora.master.core.actions import Action, Notice, Peer, Propose, Send
 from agora.master.core.config import MasterConfig
 from agora.master.core.maintenance_state import MaintenanceState
+from agora.master.core.recency import Recency
 from agora.master.core.tally import TaskTally
 from agora.master.registry import Operation, Registry
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, GangID, OfferID, TaskID
@@ -187,6 +188,11 @@ class MasterState:
     allocator: Allocator
     agents: dict[AgentID, Agent] = field(default_factory=dict)
     agents_by_peer: dict[Peer, AgentID] = field(default_factory=dict)
+    #: The agents in ``agents`` that are not ACTIVE (kept as their status changes).
+    offline_agents: set[AgentID] = field(default_factory=set)
+    #: The scalars of every agent in ``agents`` summed, in thousandths (kept as they come, go,
+    #: and re-register with other resources).
+    agent_totals: dict[str, int] = field(default_factory=dict)
     #: Agents that unregistered or were removed for good; they may not come back.
     removed_agents: set[AgentID] = field(default_factory=set)
     frameworks: dict[FrameworkID, Framework] = field(default_factory=dict)
@@ -202,6 +208,9 @@ class MasterState:
     unclaimed_tasks: dict[FrameworkID, set[TaskKey]] = field(default_factory=dict)
     #: ``tasks`` and the completed histories counted by state (see ``tally``).
     tally: TaskTally = field(default_factory=TaskTally)
+    #: ``tasks`` and the completed histories in the order of their latest change (``add_task``,
+    #: ``set_status``), for the views of the tasks updated last.
+    recency: Recency[Task] = field(default_factory=Recency)
     offers: dict[OfferID, OutstandingOffer] = field(default_factory=dict)
     outbox: list[Action] = field(default_factory=list)
     #: What the shell should log (bounded: a shell that never asks loses the oldest).
@@ -305,10 +314,30 @@ class MasterState:
         level = "warning" if warning else "info"
         self.notices.append(Notice(event, tuple((k, str(v)) for k, v in fields.items()), level))
 
+    # --- agents ------------------------------------------------------------------------
+    def count_agent(self, info: AgentInfo, sign: int) -> None:
+        """Add (``sign`` 1) or take (-1) an agent's scalars in ``agent_totals``."""
+        totals = self.agent_totals
+        for name, milli in info.resources.scalar_totals_view().items():
+            left = totals.get(name, 0) + sign * milli
+            if left:
+                totals[name] = left
+            else:
+                totals.pop(name, None)
+
+    def drop_agent(self, agent_id: AgentID) -> Agent | None:
+        """Take the agent out of ``agents`` (and its counts)."""
+        agent = self.agents.pop(agent_id, None)
+        if agent is not None:
+            self.count_agent(agent.info, -1)
+            self.offline_agents.discard(agent_id)
+        return agent
+
     # --- tasks -------------------------------------------------------------------------
     def add_task(self, task: Task) -> None:
         key = task.key
         self.tasks[key] = task
+        self.recency.touch(task)
         self.tally.live[task.state] += 1
         if task.revocable:
             self.revocable_tasks.add(key)
@@ -322,10 +351,13 @@ class MasterState:
         else:
             self.unclaimed_tasks.setdefault(task.framework_id, set()).add(key)
 
-    def forget_task(self, key: TaskKey) -> Task | None:
+    def forget_task(self, key: TaskKey, *, kept: bool = False) -> Task | None:
+        """Take the task out of ``tasks``; ``kept``: ``keep_completed`` keeps it next."""
         task = self.tasks.pop(key, None)
         if task is None:
             return None
+        if not kept:
+            self.recency.drop(task)
         self.tally.live[task.state] -= 1
         self.revocable_tasks.discard(key)
         self.reclaiming.discard(key)
@@ -356,20 +388,31 @@ class MasterState:
                 fw.live[state] += 1
         task.state = state
 
+    def set_status(self, task: Task, status: TaskStatus) -> None:
+        """The task's latest status is ``status`` (every status the master records goes here)."""
+        task.status = status
+        if task in self.recency:
+            self.recency.touch(task)
+
     def keep_completed(self, fw: Framework, task: Task) -> None:
         """Keep a task that is over in ``fw``'s history (the oldest goes past the bound)."""
         fw.completed.append(task)
         self.tally.done[task.state] += 1
         bound = self.config.max_completed_tasks_per_framework
         while len(fw.completed) > bound:
-            self.tally.forget_done((fw.completed.popleft(),))
+            gone = fw.completed.popleft()
+            self.tally.forget_done((gone,))
+            self.recency.drop(gone)
 
     def keep_removed(self, fw: Framework) -> None:
         """Keep a removed framework, with its history, among the completed frameworks (the
         oldest goes past the bound)."""
         self.completed_frameworks.append(fw)
         while len(self.completed_frameworks) > self.config.max_completed_frameworks:
-            self.tally.forget_done(self.completed_frameworks.popleft().completed)
+            gone = self.completed_frameworks.popleft().completed
+            self.tally.forget_done(gone)
+            for task in gone:
+                self.recency.drop(task)
 
     def claim_tasks(self, fw: Framework) -> None:
         """Give ``fw`` (subscribing) the tasks of its id known before it subscribed, taken out

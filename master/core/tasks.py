@@ -67,7 +67,7 @@ def on_status_update(st: MasterState, agent: Agent, msg: StatusUpdateMessage, no
     if task is not None:
         latest = update.latest_state or status.state
         st.set_task_state(task, latest)
-        task.status = status
+        st.set_status(task, status)
         if is_final(latest):
             # Resources are free as soon as the agent says so, before any acknowledgement.
             st.release_task(task, now)
@@ -128,8 +128,8 @@ def _ends_stream(task: Task, uuid: bytes) -> bool:
 def complete(st: MasterState, task: Task) -> None:
     """The task is over for the master (its framework has seen its final update, or its agent
     is gone): keep it only in the framework's bounded history."""
-    st.forget_task(task.key)
     fw = st.frameworks.get(task.framework_id)
+    st.forget_task(task.key, kept=fw is not None)
     if fw is not None:
         st.keep_completed(fw, task)
 

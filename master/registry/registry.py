@@ -65,6 +65,9 @@ class Registry:
     weights: dict[str, float] = field(default_factory=dict)
     quotas: dict[str, QuotaEntry] = field(default_factory=dict)
     maintenance: dict[str, MaintenanceWindow] = field(default_factory=dict)
+    #: The ids of the agents in ``agents`` that are draining (kept with them, not replicated):
+    #: a drain's checks and the console's view look at these, not at every agent.
+    draining: set[AgentID] = field(default_factory=set)
     #: Index of the last log entry applied (0: none); kept by the shell, not in the snapshot.
     applied_index: int = 0
 
@@ -88,7 +91,7 @@ class Registry:
             entry = op.agent
             if entry.agent_id in self.removed_agents:
                 return False
-            self.agents[entry.agent_id] = replace(entry, unreachable_since=None)
+            self._set_agent(replace(entry, unreachable_since=None))
             return True
         if isinstance(op, ReadmitAgent):
             return self._update_agent(op.agent_id, unreachable_since=None)
@@ -99,6 +102,7 @@ class Registry:
             return self._update_agent(op.agent_id, draining=op.draining, drain_deadline=deadline)
         if isinstance(op, RemoveAgent):
             self.agents.pop(op.agent_id, None)
+            self.draining.discard(op.agent_id)
             return _remember(self.removed_agents, op.agent_id)
         if isinstance(op, UpsertFramework):
             fw = op.framework
@@ -131,8 +135,15 @@ class Registry:
         if entry is None:
             return False
         updated = replace(entry, **changes)
-        self.agents[agent_id] = updated
+        self._set_agent(updated)
         return updated != entry
+
+    def _set_agent(self, entry: AgentEntry) -> None:
+        self.agents[entry.agent_id] = entry
+        if entry.draining:
+            self.draining.add(entry.agent_id)
+        else:
+            self.draining.discard(entry.agent_id)
 
     # ------------------------------------------------------------------ snapshots
 
@@ -162,6 +173,7 @@ class Registry:
             weights={w.role: w.weight for w in snap.weights},
             quotas={q.role: q for q in snap.quotas},
             maintenance={m.hostname: m for m in snap.maintenance},
+            draining={a.agent_id for a in snap.agents if a.draining},
         )
 
     def restore(self, data: bytes) -> None:
@@ -175,6 +187,7 @@ class Registry:
             "weights",
             "quotas",
             "maintenance",
+            "draining",
         ):
             setattr(self, name, getattr(other, name))
 

@@ -282,6 +282,19 @@ class AllocatorMachine(RuleBasedStateMachine):
         assert self.a.allocated_scalars() == held.scalar_totals_milli()
 
     @invariant()
+    def busiest_first_by_held_percent(self) -> None:
+        def percent(agent: AgentID) -> int:
+            total = self.totals[agent].scalar_totals_milli()
+            free = self.a.available(agent).scalar_totals_milli()
+            held = [-(-(v - free.get(n, 0)) * 100 // v) for n, v in total.items() if v > 0]
+            return max([0, *held])
+
+        ranked = list(self.a.busiest())
+        assert sorted(ranked) == sorted(self.totals)
+        assert [self.a.busy_percent(a) for a in ranked] == [percent(a) for a in ranked]
+        assert [percent(a) for a in ranked] == sorted(map(percent, ranked), reverse=True)
+
+    @invariant()
     def allocations_match_model(self) -> None:
         for fw in self.seen:
             expected = {(k[1], k[2]): v for k, v in self.model.items() if k[0] == fw}

@@ -5,6 +5,7 @@ cluster's counts and sums beside them."""
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 from agora.master.core import MasterConfig
 from agora.master.core.state import AgentStatus
@@ -37,10 +38,10 @@ HOSTS = ("web-1", "web-2", "db-1", "db-2")
 CPUS = {"web-1": 1, "web-2": 3, "db-1": 2, "db-2": 1}
 
 
-def _cluster() -> tuple[Harness, dict[str, AgentID], FrameworkID]:
+def _cluster(**config: Any) -> tuple[Harness, dict[str, AgentID], FrameworkID]:
     """Four agents (web-1, web-2, db-1, db-2), framework s1 with one RUNNING task on each:
     t-<host> named job-<host>, holding CPUS[host] cpus, last updated at 100, 200, 300, 400."""
-    h = Harness(MasterConfig(agent_ping_interval=1.0, max_agent_ping_timeouts=3))
+    h = Harness(MasterConfig(agent_ping_interval=1.0, max_agent_ping_timeouts=3, **config))
     agents = {host: h.register_agent(host, AGENT) for host in HOSTS}
     fw = h.subscribe("s1")
     by_agent = {o.agent_id: o for o in offers_in(h.tick(), "s1")}
@@ -97,9 +98,9 @@ def _silence(h: Harness, quiet: str, seconds: int = 5) -> None:
                 h.handle(host, Pong())
 
 
-def _troubled() -> tuple[Harness, dict[str, AgentID], FrameworkID]:
+def _troubled(**config: Any) -> tuple[Harness, dict[str, AgentID], FrameworkID]:
     """The cluster with web-1 drained and db-2 unreachable."""
-    h, agents, fw = _cluster()
+    h, agents, fw = _cluster(**config)
     only(
         of_type(sent_to(h.handle("ops", DrainAgent(agent_id=agents["web-1"])), "ops"), OperatorDone)
     )
@@ -211,3 +212,28 @@ def test_rows_carry_their_live_task_counts() -> None:
     reply = _state(h, GetState(agents_limit=2, tasks_limit=0))
     assert [(a.hostname, a.tasks) for a in reply.agents] == [("web-2", 1), ("db-1", 1)]
     assert [(f.running, f.staging) for f in reply.frameworks] == [(4, 0)]
+
+
+def test_tasks_past_the_history_bound_are_gone_from_the_rows_and_counts() -> None:
+    h, agents, fw = _cluster(max_completed_tasks_per_framework=1)
+    _update(h, "web-1", fw, agents["web-1"], "t-web-1", TaskState.FINISHED, 500.0)
+    _update(h, "web-2", fw, agents["web-2"], "t-web-2", TaskState.FAILED, 600.0)
+    reply = _state(h, GetState(tasks_limit=10))
+    # t-web-1 fell out of the one-task history when t-web-2 ended
+    assert [t.task_id for t in reply.tasks] == ["t-web-2", "t-db-2", "t-db-1"]
+    assert reply.tasks_total == 3
+    assert [t.task_id for t in _state(h, GetState(tasks_limit=1, tasks_filter="web")).tasks] == [
+        "t-web-2"
+    ]
+
+
+def test_a_forgotten_agent_leaves_the_counts_and_sums() -> None:
+    h, agents, _fw = _troubled(unreachable_gc_age=10.0)
+    before = _state(h, GetState(agents_limit=0))
+    assert (before.agents_total, before.agents_unreachable) == (4, 1)
+    _silence(h, "db-2", seconds=12)  # db-2 has been unreachable for longer than the GC age
+    assert agents["db-2"] not in h.master.state.agents
+    after = _state(h, GetState(agents_limit=4))
+    assert (after.agents_total, after.agents_unreachable, after.agents_draining) == (3, 0, 1)
+    assert after.resources_total.scalar("cpus") == 12
+    assert _hosts(after) == ["web-1", "web-2", "db-1"]  # drained first, then the busiest

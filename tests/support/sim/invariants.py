@@ -275,6 +275,7 @@ class Invariants:
                 f"!= total {_fmt(total)}"
             )
         _check_task_books(st)
+        _check_agent_books(st)
         for fw in st.frameworks.values():
             if fw.connected:
                 bound = st.frameworks_by_peer.get(fw.peer) if fw.peer is not None else None
@@ -421,11 +422,47 @@ def _check_task_books(st: MasterState) -> None:
         assert _nonzero(fw.live) == dict(recount), (
             f"{fw.framework_id}'s live tasks counted {_nonzero(fw.live)}, recounted {recount}"
         )
+    known = [*st.tasks.values()] + [
+        task for fw in (*st.frameworks.values(), *st.completed_frameworks) for task in fw.completed
+    ]
+    assert len(st.recency) == len(known) and all(task in st.recency for task in known), (
+        f"the recency order holds {len(st.recency)} tasks, the master knows {len(known)}"
+    )
     unclaimed = {key for key in st.tasks if key[0] not in st.frameworks}
     indexed = {key for keys in st.unclaimed_tasks.values() for key in keys}
     assert indexed == unclaimed and all(st.unclaimed_tasks.values()), (
         f"unclaimed tasks indexed {sorted(indexed)}, recounted {sorted(unclaimed)}"
     )
+
+
+def _check_agent_books(st: MasterState) -> None:
+    """The agents' counts and indexes agree with the agents themselves."""
+    offline = {aid for aid, a in st.agents.items() if a.status is not AgentStatus.ACTIVE}
+    assert st.offline_agents == offline, f"offline agents {st.offline_agents}, recounted {offline}"
+    totals: Milli = {}
+    for agent in st.agents.values():
+        _add(totals, agent.info.resources)
+    assert _same(st.agent_totals, totals), (
+        f"agents' totals kept {_fmt(st.agent_totals)}, recounted {_fmt(totals)}"
+    )
+    draining = {aid for aid, e in st.registry.agents.items() if e.draining}
+    assert st.registry.draining == draining, (
+        f"registry's draining index {st.registry.draining}, recounted {draining}"
+    )
+    alloc = st.allocator
+    ranked = list(alloc.busiest())
+    active = set(st.agents) - offline
+    assert set(ranked) == active and len(ranked) == len(active), (
+        f"the allocator ranks {sorted(ranked)}, the active agents are {sorted(active)}"
+    )
+    percents = [alloc.busy_percent(aid) for aid in ranked]
+    assert percents == sorted(percents, reverse=True), f"busiest order {percents} is not sorted"
+    for aid in ranked:
+        total, free = alloc.scalars(aid)
+        held = [-(-(v - free.get(n, 0)) * 100 // v) for n, v in total.items() if v > 0]
+        assert alloc.busy_percent(aid) == max([0, *held]), (
+            f"agent {aid} ranked {alloc.busy_percent(aid)}% busy, recounted {max([0, *held])}%"
+        )
 
 
 def _nonzero(counts: Counter[TaskState]) -> dict[TaskState, int]:
