@@ -92,6 +92,7 @@ from agora.sdk.messages import (
     ReconcileTasks,
     RegisterExecutor,
     ReregisterExecutor,
+    RetryRegistration,
     RunTask,
     RunTaskGroup,
     ShutdownAgent,
@@ -262,6 +263,9 @@ class Agent:
             return self._finish()
         if isinstance(message, AgentReregistered):
             registration.on_reregistered(st, message, epoch, now)
+            return self._finish()
+        if isinstance(message, RetryRegistration):
+            registration.on_retry(st, message, now)
             return self._finish()
         if st.registered and epoch > st.registered_epoch:
             # A newer master than the one that accepted us: it may not know us yet.

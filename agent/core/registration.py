@@ -6,7 +6,8 @@ checkpointed, see reservations.py) whenever it may have been lost: the link came
 back up, the master's pings stopped for ``master_timeout``, a ping said the master does not
 know us (``connected=False``), or a master of a newer epoch spoke. Unanswered attempts are
 retried with a doubling, capped backoff. Status updates are held while unregistered and every
-stream's head is re-sent once the master answers.
+stream's head is re-sent once the master answers. A master with more registrations waiting than
+it answers promptly says when to try again (RETRY_REGISTRATION); that replaces the backoff.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from agora.sdk.messages import (
     Pong,
     RegisterAgent,
     ReregisterAgent,
+    RetryRegistration,
 )
 from agora.sdk.messages.batching import FEATURES
 
@@ -31,6 +33,7 @@ __all__ = [
     "on_ping",
     "on_registered",
     "on_reregistered",
+    "on_retry",
     "reregister_message",
     "start_registration",
     "tick_registration",
@@ -83,6 +86,16 @@ def _attempt(st: AgentState, now: float) -> None:
     st.next_registration_at = now + delay
     st.registration_attempts += 1
     st.registration_backoff = min(st.registration_backoff * 2, st.config.registration_backoff_max)
+
+
+def on_retry(st: AgentState, msg: RetryRegistration, now: float) -> None:
+    """The master put our (re-)registration off: send it again after ``retry_after``, spread
+    over up to twice that so that the agents it put off together do not return together."""
+    if st.registered:
+        return
+    wait = 2 * _spread(msg.retry_after, f"{st.config.hostname}/retry/{st.registration_attempts}")
+    st.next_registration_at = now + wait
+    st.registration_backoff = st.config.registration_backoff
 
 
 def _spread(delay: float, salt: str) -> float:

@@ -31,6 +31,7 @@ import structlog
 import zmq
 from agora.master.core import Master, Send
 from agora.master.core.actions import Propose
+from agora.master.server.admission import RegistrationGate
 from agora.master.server.commits import Commits, Decided
 from agora.master.server.event_log import log_call
 from agora.master.server.gate import Gate, error_to
@@ -56,10 +57,14 @@ from agora.sdk.messages import (
     LeaderInfo,
     MasterMember,
     Message,
+    RegisterAgent,
+    ReregisterAgent,
+    RetryRegistration,
     SnapshotReply,
     VoteReply,
     VoteRequest,
 )
+from agora.sdk.messages.batching import RETRY_REGISTRATION
 from agora.sdk.transport import Acl, Received, Server
 from msgspec.structs import replace
 
@@ -86,6 +91,7 @@ _ELECTION: Final = (
     InstallSnapshot,
     SnapshotReply,
 )
+_REGISTRATIONS: Final = (RegisterAgent, ReregisterAgent)
 
 
 class MasterDaemon:
@@ -126,6 +132,8 @@ class MasterDaemon:
         self.stats = stats if stats is not None else DaemonStats()
         #: Client messages not handled yet: the backlog, and those held while it may not act.
         self._inbox = Inbox(self.stats)
+        #: Agent registrations in the backlog: one per connection, put off beyond a bound.
+        self._registrations = RegistrationGate()
         self.stats.queue_size = lambda: len(self._inbox)
         #: Bad-frame warnings per peer: a few a second, the rest counted and summarised.
         self._bad_frame_log = KeyedLogLimiter(rate=3.0, burst=3, max_keys=256)
@@ -330,6 +338,19 @@ class MasterDaemon:
             self.stats.messages_received += 1
             self._election(received.peer, message, received.principal)
             return
+        if isinstance(message, _REGISTRATIONS) and self._acting_core() is not None:
+            delay = self._registrations.arrive(
+                received.peer, may_put_off=RETRY_REGISTRATION in message.features
+            )
+            if delay is not None:
+                self.stats.messages_received += 1
+                if delay:  # more wait than it answers promptly: the agent comes back later
+                    self.stats.registrations_put_off += 1
+                    answer = RetryRegistration(retry_after=round(delay, 3))
+                    self._server.try_send(received.peer, answer, self._epoch())
+                else:  # a copy of the one it queued, re-sent by the agent's backoff
+                    self.stats.registrations_coalesced += 1
+                return
         self._inbox.queue(received)
 
     def _note_peer(self, peer: str) -> None:
@@ -346,6 +367,8 @@ class MasterDaemon:
         self.stats.messages_received += 1
         if type(message) is Heartbeat:
             return  # liveness only
+        if isinstance(message, _REGISTRATIONS):
+            self._registrations.handled(peer, time.perf_counter())
         if isinstance(message, _ELECTION):
             self._election(peer, message, received.principal)
             return

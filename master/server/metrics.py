@@ -69,6 +69,17 @@ class MasterCollector(Collector):
             "messages not delivered (peer gone, send failed) or dropped unhandled",
             stats.messages_dropped,
         )
+        yield CounterMetricFamily(
+            "agora_master_registrations_put_off",
+            "agent registrations answered RETRY_REGISTRATION: more were waiting than the master"
+            " answers promptly",
+            stats.registrations_put_off,
+        )
+        yield CounterMetricFamily(
+            "agora_master_registrations_coalesced",
+            "re-sent copies of an agent registration still waiting, dropped",
+            stats.registrations_coalesced,
+        )
         yield _gauge(
             "agora_master_event_queue_size",
             "messages received and not handled yet",

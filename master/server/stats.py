@@ -31,6 +31,10 @@ class DaemonStats:
     #: Messages that could not be delivered (peer gone, send failed) or were dropped unhandled
     #: (held past the bound while the lease lapsed).
     messages_dropped: int = 0
+    #: Agent registrations answered RETRY_REGISTRATION (too many waiting), and re-sent copies
+    #: of one still waiting, dropped (see admission.py).
+    registrations_put_off: int = 0
+    registrations_coalesced: int = 0
     #: Messages received and not handled yet (the daemon's backlog and what it holds).
     queue_size: Callable[[], int] = lambda: 0
     #: Allocation (``Master.tick`` / ``end_burst``) run times: per-bucket counts (the last

@@ -6,7 +6,7 @@ from typing import Annotated, ClassVar
 
 import msgspec
 from agora.sdk.ids import AgentID, ExecutorID, FrameworkID, TaskID
-from agora.sdk.messages._record import MaxItems, Message, ShortStr, Uuid
+from agora.sdk.messages._record import MaxItems, Message, Range, ShortStr, Uuid
 from agora.sdk.messages.common import (
     MAX_BATCH_ITEMS,
     AgentInfo,
@@ -39,6 +39,7 @@ __all__ = [
     "ReconcileTasks",
     "RegisterAgent",
     "ReregisterAgent",
+    "RetryRegistration",
     "RunTask",
     "RunTaskGroup",
     "ShutdownAgent",
@@ -88,6 +89,15 @@ class AgentReregistered(Message, frozen=True, kw_only=True):
     NAME: ClassVar[str] = "AGENT_REREGISTERED"
     agent_id: AgentID
     master_info: MasterInfo
+
+
+class RetryRegistration(Message, frozen=True, kw_only=True):
+    """Master -> agent: the master has more registrations waiting than it answers promptly;
+    send this (re-)registration again after ``retry_after`` seconds (the agent spreads it over
+    up to twice that), instead of on its own backoff. Nothing about the agent changed."""
+
+    NAME: ClassVar[str] = "RETRY_REGISTRATION"
+    retry_after: Annotated[float, Range(0.0, 600.0)]
 
 
 class CheckpointResources(Message, frozen=True, kw_only=True):
@@ -256,6 +266,7 @@ MESSAGES: tuple[type[Message], ...] = (
     ReregisterAgent,
     AgentRegistered,
     AgentReregistered,
+    RetryRegistration,
     CheckpointResources,
     Ping,
     Pong,

@@ -31,12 +31,14 @@ from agora.sdk.messages import (
 )
 from agora.sdk.messages.common import MAX_BATCH_ITEMS
 
-__all__ = ["BATCHES", "FEATURES", "MAX_ITEM_BYTES", "coalesce", "unbatch"]
+__all__ = ["BATCHES", "FEATURES", "MAX_ITEM_BYTES", "RETRY_REGISTRATION", "coalesce", "unbatch"]
 
 #: The feature a peer names to say it reads batch messages.
 BATCHES: Final = "batches"
+#: The feature an agent names to say it reads RETRY_REGISTRATION (older agents are not put off).
+RETRY_REGISTRATION: Final = "retry_registration"
 #: Every feature this version understands (what it announces).
-FEATURES: Final = (BATCHES,)
+FEATURES: Final = (BATCHES, RETRY_REGISTRATION)
 #: An update whose message and data together are larger than this travels alone, so that no
 #: batch comes near the frame limit (256 items of at most this size stay under 2 MiB).
 MAX_ITEM_BYTES: Final = 4096

@@ -120,7 +120,8 @@ class GetState(Message, frozen=True, kw_only=True):
     """Ask for the master's state; the limits make it cheap on a big cluster (a console).
 
     With ``agents_limit``, at most that many agents: every one that is not ACTIVE or is draining
-    first, then the busiest by allocated share. With ``tasks_limit``, the tasks updated last. A
+    first, then the busiest by allocated share (to the whole percent). With ``tasks_limit``, the
+    tasks the master updated last (launched or given a status). A
     filter keeps the agents (id, hostname, status) or tasks (id, name, state, agent id) that
     contain its text, ignoring case, before the limit applies. Frameworks are always all there.
     """

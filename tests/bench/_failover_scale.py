@@ -198,6 +198,7 @@ async def run_scale(group: Group, count: int, kills: int) -> dict[str, Any]:
         "register_all_s": round(register_s, 3),
         "step_downs": step_downs(group),
         "unforced_leader_changes": leader.changes,
+        "registrations_put_off": sim.put_off,
         "election_timeout": group.election_timeout,
         "rlimit_nofile": fd_limit,
         "pings_answered": sim.pings,

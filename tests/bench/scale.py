@@ -216,6 +216,7 @@ async def run_sockets(
             "pings_answered": sim.pings,
             "offers_declined": sim.declined,
             "reconnects": sim.reconnects,
+            "registrations_put_off": sim.put_off,
             "other_messages": sim.other,
         },
     }

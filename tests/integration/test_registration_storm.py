@@ -1,7 +1,9 @@
 """A registration storm against a group of three masters: thousands of agents and hundreds of
 schedulers arrive at once, then, after a leader kill, all come back to the new leader at once.
 The leader must absorb both without losing its lead (its election heartbeats and votes are not
-starved by the client traffic) and without a single step-down anywhere in the group."""
+starved by the client traffic) and without a single step-down anywhere in the group. Agents the
+leader tells to retry later (RETRY_REGISTRATION: more waiting than it answers promptly) come back
+when told, and are answered too."""
 
 from __future__ import annotations
 
@@ -36,7 +38,8 @@ def wait_until(predicate: object, what: str, sim: SimPeers) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(
                 f"{what} not done in {STORM_DEADLINE}s: registered {sim.registered}, "
-                f"subscribed {sim.subscribed}, re-registered {sim.reregistered}"
+                f"subscribed {sim.subscribed}, re-registered {sim.reregistered}, "
+                f"told to retry later {sim.put_off}"
             )
         time.sleep(0.05)
 

@@ -45,11 +45,13 @@ from agora.sdk.messages import (
     Pong,
     RegisterAgent,
     ReregisterAgent,
+    RetryRegistration,
     Subscribe,
     Subscribed,
     TaskInfo,
     TaskState,
 )
+from agora.sdk.messages.batching import RETRY_REGISTRATION
 
 _GREETING = (
     b"\xff" + b"\0" * 8 + b"\x7f" + b"\x03\x00" + b"NULL".ljust(20, b"\0") + b"\x00" + b"\0" * 31
@@ -71,6 +73,8 @@ def _frame(data: bytes) -> bytes:
     return b"\x02" + len(data).to_bytes(8, "big") + data
 
 
+#: What simulated agents announce: they read RETRY_REGISTRATION (not batches).
+_FEATURES = (RETRY_REGISTRATION,)
 _RESEND = 10.0  # seconds before an unanswered (re-)registration or subscription is sent again
 _HEARTBEAT = 3.0  # seconds between a scheduler's HEARTBEATs
 _RECONNECT = 0.1  # seconds before a lost connection is made again (libzmq's RECONNECT_IVL)
@@ -124,6 +128,8 @@ class SimPeers(threading.Thread):
         #: Whether agents re-register carrying their tasks (set by :meth:`reregister`).
         self.with_tasks = False
         self.pings = 0
+        #: RETRY_REGISTRATION answers heard (registrations the master put off).
+        self.put_off = 0
         self.declined = 0
         self.reconnects = 0
         self.other: dict[str, int] = {}
@@ -241,9 +247,12 @@ class SimPeers(threading.Thread):
         agent_id = self.agent_ids[i]
         info = AgentInfo(hostname=f"sim-{i}", resources=_RESOURCES, agent_id=agent_id)
         if agent_id is None:
-            return _frame(encode(RegisterAgent(agent_info=info)))
+            return _frame(encode(RegisterAgent(agent_info=info, features=_FEATURES)))
         tasks = self._tasks(i) if self.with_tasks else ()
-        return _frame(encode(ReregisterAgent(agent_id=agent_id, agent_info=info, tasks=tasks)))
+        reregister = ReregisterAgent(
+            agent_id=agent_id, agent_info=info, tasks=tasks, features=_FEATURES
+        )
+        return _frame(encode(reregister))
 
     def _tasks(self, i: int) -> tuple[AgentTask, ...]:
         agent_id = self.agent_ids[i]
@@ -405,6 +414,11 @@ class SimPeers(threading.Thread):
                 self.registered += 1
             self.agent_ids[conn.index] = message.agent_id
             conn.done = True
+        elif kind is RetryRegistration and conn.kind == "agent" and not conn.done:
+            # Sent again after retry_after, spread over up to twice that, as an agent does.
+            self.put_off += 1
+            wait = message.retry_after * (1.0 + (conn.index * 0.618034) % 1.0)
+            conn.sent_at = time.perf_counter() - _RESEND + wait
         elif kind is AgentReregistered and conn.kind == "agent" and not conn.done:
             conn.done = True
             self.reregistered += 1

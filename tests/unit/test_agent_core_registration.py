@@ -15,6 +15,7 @@ from agora.sdk.messages import (
     Pong,
     RegisterAgent,
     ReregisterAgent,
+    RetryRegistration,
     ShutdownAgent,
     ShutdownExecutor,
     StatusUpdateAck,
@@ -66,6 +67,30 @@ def test_registration_retries_with_doubling_backoff_up_to_the_cap() -> None:
         assert d / 2 - 0.06 <= gap <= d + 0.06, (gaps, d)
     assert len(gaps) >= 4
     assert max(gaps) <= 8.06
+
+
+def test_a_master_that_puts_registration_off_is_asked_again_after_its_delay() -> None:
+    h = AgentHarness(cfg=config(registration_backoff=1.0, registration_backoff_max=8.0))
+    h.connected()
+    h.tick(0.05)
+    put_off_at = h.now
+    h.master(RetryRegistration(retry_after=5.0))
+    times = []
+    for _ in range(400):
+        if of_type(to_master(h.tick(0.05)), RegisterAgent):
+            times.append(h.now)
+    # Not on the 1 s backoff: after 5 s spread over [5, 10] s; then the backoff starts over.
+    assert 5.0 - 0.06 <= times[0] - put_off_at <= 10.0 + 0.06, times
+    assert 0.5 - 0.06 <= times[1] - times[0] <= 1.0 + 0.06, times
+
+
+def test_a_late_put_off_does_not_unregister_a_registered_agent() -> None:
+    h = AgentHarness()
+    h.register()
+    h.master(RetryRegistration(retry_after=5.0))
+    assert h.agent.registered
+    for _ in range(20):
+        assert not of_type(to_master(h.tick(1.0)), RegisterAgent | ReregisterAgent)
 
 
 def test_registered_agent_stops_retrying_and_takes_its_id() -> None:

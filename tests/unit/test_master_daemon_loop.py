@@ -11,6 +11,7 @@ from typing import TypeVar
 from agora.master.core import Master, MasterConfig
 from agora.master.core.actions import Action
 from agora.master.server import MasterDaemon
+from agora.sdk.codec import encode
 from agora.sdk.ids import FrameworkID, TaskID
 from agora.sdk.messages import (
     AgentInfo,
@@ -23,9 +24,11 @@ from agora.sdk.messages import (
     Message,
     Offers,
     RegisterAgent,
+    RetryRegistration,
     Subscribe,
     Subscribed,
 )
+from agora.sdk.messages.batching import FEATURES
 from agora.sdk.messages.operator import GetState, OperatorKill, StateReply
 from agora.sdk.resources import Resources
 from agora.sdk.transport import Acl, InprocClient, InprocHub, InprocServer
@@ -94,9 +97,9 @@ async def forbidden(client: InprocClient) -> str:
     return str(error.message)
 
 
-def register() -> RegisterAgent:
-    info = AgentInfo(hostname="h", resources=Resources.parse("cpus:1;mem:128"))
-    return RegisterAgent(agent_info=info)
+def register(hostname: str = "h") -> RegisterAgent:
+    info = AgentInfo(hostname=hostname, resources=Resources.parse("cpus:1;mem:128"))
+    return RegisterAgent(agent_info=info, features=FEATURES)
 
 
 def subscribe(*roles: str, principal: str | None = None) -> Subscribe:
@@ -206,5 +209,37 @@ def test_run_reports_a_dead_receive_loop() -> None:
         await asyncio.sleep(0)
         server.close()  # recv raises TransportClosed
         assert await asyncio.wait_for(running, DEADLINE) == 1
+
+    run(scenario)
+
+
+def test_a_registration_storm_is_put_off_beyond_the_bound_and_copies_are_dropped() -> None:
+    """2,500 agents register at once: what the master cannot answer promptly is told to come
+    back later (RETRY_REGISTRATION), a re-sent copy of a waiting registration is dropped, and
+    every agent that comes back when told is registered, once."""
+    agents = 2_500
+
+    async def scenario() -> None:
+        async with rig() as r:
+            clients = [r.client() for _ in range(agents)]
+            for i, client in enumerate(clients):  # all on the socket before the loop runs
+                client.send_raw(encode(register(f"h{i}")))
+                if i == 0:
+                    client.send_raw(encode(register("h0")))  # its backoff re-sent it
+            put_off: list[int] = []
+            for i, client in enumerate(clients):
+                answer = await expect(client, AgentRegistered | RetryRegistration)
+                if isinstance(answer, RetryRegistration):
+                    assert answer.retry_after >= 1.0
+                    put_off.append(i)
+            stats = r.daemon.stats
+            assert put_off and stats.registrations_put_off == len(put_off)
+            assert stats.registrations_coalesced == 1
+            for i in put_off:  # they come back (here at once, not after their delay)
+                await clients[i].send(register(f"h{i}"))
+                await expect(clients[i], AgentRegistered | RetryRegistration)
+            assert len(r.core.state.agents) == agents
+            while (later := clients[0].recv_nowait()) is not None:  # one answer for two copies
+                assert not isinstance(later.message, AgentRegistered | RetryRegistration)
 
     run(scenario)

@@ -99,6 +99,7 @@ SPEC_FIELDS: dict[str, tuple[str, ...]] = {
     "CHECKPOINT_RESOURCES": ("resources", "volumes"),
     "AGENT_REGISTERED": ("agent_id", "master_info"),
     "AGENT_REREGISTERED": ("agent_id", "master_info"),
+    "RETRY_REGISTRATION": ("retry_after",),
     "PING": ("connected",),
     "PONG": ("usage",),
     "RUN_TASK": ("framework_info", "framework_id", "task", "role"),
