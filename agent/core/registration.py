@@ -89,20 +89,25 @@ def _attempt(st: AgentState, now: float) -> None:
 
 
 def on_retry(st: AgentState, msg: RetryRegistration, now: float) -> None:
-    """The master put our (re-)registration off: send it again after ``retry_after``, spread
-    over up to twice that so that the agents it put off together do not return together."""
+    """The master put our (re-)registration off: send it again after ``retry_after`` (the
+    master paced the agents it put off; a tenth more at most, by a hash of the hostname, so
+    that several masters' answers never line agents up either)."""
     if st.registered:
         return
-    wait = 2 * _spread(msg.retry_after, f"{st.config.hostname}/retry/{st.registration_attempts}")
-    st.next_registration_at = now + wait
+    jitter = 0.1 * _fraction(f"{st.config.hostname}/retry/{st.registration_attempts}")
+    st.next_registration_at = now + msg.retry_after * (1.0 + jitter)
     st.registration_backoff = st.config.registration_backoff
 
 
 def _spread(delay: float, salt: str) -> float:
     """``delay`` scaled into [delay/2, delay] by a hash of ``salt``: deterministic jitter."""
+    return delay * (0.5 + 0.5 * _fraction(salt))
+
+
+def _fraction(salt: str) -> float:
+    """A number in [0, 1) from a hash of ``salt``."""
     digest = hashlib.sha256(salt.encode()).digest()
-    fraction = int.from_bytes(digest[:8], "big") / 2**64
-    return delay * (0.5 + 0.5 * fraction)
+    return int.from_bytes(digest[:8], "big") / 2**64
 
 
 def reregister_message(st: AgentState) -> ReregisterAgent:

@@ -112,10 +112,12 @@ class MasterDaemon:
         stats: DaemonStats | None = None,
         leadership: Leadership | None = None,
         history: History | None = None,
+        registrations: RegistrationGate | None = None,
     ) -> None:
         """``authenticated``: CURVE is on, so every frame carries the sender's principal.
         ``electors``: the principals whose election traffic counts then (None: the ACL's
-        ``masters``).
+        ``masters``). ``registrations``: the backpressure on agent registrations (by default
+        :class:`RegistrationGate`'s bounds).
 
         With ``leadership`` the core is the one of the term this master leads (None while it
         stands by) and follows :meth:`leadership_changed`; without, ``core`` is fixed."""
@@ -133,7 +135,7 @@ class MasterDaemon:
         #: Client messages not handled yet: the backlog, and those held while it may not act.
         self._inbox = Inbox(self.stats)
         #: Agent registrations in the backlog: one per connection, put off beyond a bound.
-        self._registrations = RegistrationGate()
+        self._registrations = registrations if registrations is not None else RegistrationGate()
         self.stats.queue_size = lambda: len(self._inbox)
         #: Bad-frame warnings per peer: a few a second, the rest counted and summarised.
         self._bad_frame_log = KeyedLogLimiter(rate=3.0, burst=3, max_keys=256)
@@ -340,7 +342,9 @@ class MasterDaemon:
             return
         if isinstance(message, _REGISTRATIONS) and self._acting_core() is not None:
             delay = self._registrations.arrive(
-                received.peer, may_put_off=RETRY_REGISTRATION in message.features
+                received.peer,
+                time.perf_counter(),
+                may_put_off=RETRY_REGISTRATION in message.features,
             )
             if delay is not None:
                 self.stats.messages_received += 1

@@ -1,9 +1,7 @@
 """A registration storm against a group of three masters: thousands of agents and hundreds of
 schedulers arrive at once, then, after a leader kill, all come back to the new leader at once.
 The leader must absorb both without losing its lead (its election heartbeats and votes are not
-starved by the client traffic) and without a single step-down anywhere in the group. Agents the
-leader tells to retry later (RETRY_REGISTRATION: more waiting than it answers promptly) come back
-when told, and are answered too."""
+starved by the client traffic) and without a single step-down anywhere in the group."""
 
 from __future__ import annotations
 

@@ -415,9 +415,9 @@ class SimPeers(threading.Thread):
             self.agent_ids[conn.index] = message.agent_id
             conn.done = True
         elif kind is RetryRegistration and conn.kind == "agent" and not conn.done:
-            # Sent again after retry_after, spread over up to twice that, as an agent does.
+            # Sent again after retry_after, up to a tenth more, as an agent does.
             self.put_off += 1
-            wait = message.retry_after * (1.0 + (conn.index * 0.618034) % 1.0)
+            wait = message.retry_after * (1.0 + 0.1 * ((conn.index * 0.618034) % 1.0))
             conn.sent_at = time.perf_counter() - _RESEND + wait
         elif kind is AgentReregistered and conn.kind == "agent" and not conn.done:
             conn.done = True
