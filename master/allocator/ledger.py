@@ -155,17 +155,19 @@ class Ledger:
         if self.track_freed:
             self.freed.add(agent.id)
 
-    def _rank(self, agent: AgentState) -> None:
-        """Move the agent to the bucket of its share held now (after its free part changed)."""
-        busy = 0
-        free = agent.free_milli
-        for name, whole in agent.total_milli.items():
-            if whole > 0:
-                held = whole - free.get(name, 0)
-                if held > 0:
-                    percent = -(-held * 100 // whole)
-                    if percent > busy:
-                        busy = percent
+    def _rank(self, agent: AgentState, busy: int | None = None) -> None:
+        """Move the agent to the bucket of its share held now (after its free part changed);
+        ``busy``: that share, when the caller knows it (all of the agent held, or none)."""
+        if busy is None:
+            busy = 0
+            free = agent.free_milli
+            for name, whole in agent.total_milli.items():
+                if whole > 0:
+                    held = whole - free.get(name, 0)
+                    if held > 0:
+                        percent = -(-held * 100 // whole)
+                        if percent > busy:
+                            busy = percent
         if busy != agent.busy:
             del self.by_busy[agent.busy][agent.id]
             self.by_busy[busy][agent.id] = None
@@ -296,7 +298,8 @@ class Ledger:
 
         The caller ensures ``res`` is within ``free - earmark``.
         """
-        if res is agent.free:
+        whole = res is agent.free
+        if whole:
             agent.free = EMPTY
             agent.free_milli = {}
         else:
@@ -306,7 +309,7 @@ class Ledger:
             subtract_into(self.free_total, milli)
             subtract_into(self.free_unres, self._unreserved(agent, res, milli))
         self._hold(framework_id, agent, role, res, milli)
-        self._rank(agent)
+        self._rank(agent, 100 if whole and agent.total_milli else None)
 
     def _hold(
         self,
@@ -356,7 +359,7 @@ class Ledger:
             add_into(self.free_total, milli)
             add_into(self.free_unres, self._unreserved(agent, res, milli))
         self._unaccount(framework_id, role, milli)
-        self._rank(agent)
+        self._rank(agent, None if agent.allocs else 0)
         self._changed(agent)
 
     def convert(
