@@ -6,59 +6,45 @@ of REGISTER_AGENT / REREGISTER_AGENT in the backlog at once, each far dearer to 
 queue. Agents re-send an unanswered registration after about a second, so without a bound the
 backlog grows with copies of what it already holds and every agent waits for all the others.
 The gate keeps at most one registration per connection in the backlog (a re-sent copy is
-dropped: the one queued is answered), and beyond what the master answers in
-``QUEUE_SECONDS`` it tells the agent when to try again (RETRY_REGISTRATION): one return time
-each, paced at the rate at which it has been answering registrations, from when the backlog is
-down to half that. Pure bookkeeping: the
-daemon does the sending.
+dropped: the one queued is answered), and at most ``MAX_QUEUED`` in all. An agent beyond that
+is told when to try again (RETRY_REGISTRATION): one return time each, paced at the rate at
+which the master has been answering registrations, from when the backlog is down to half the
+bound. Pure bookkeeping: the daemon does the sending.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["QUEUE_SECONDS", "RegistrationGate"]
+__all__ = ["MAX_QUEUED", "RegistrationGate"]
 
-#: Registrations queued beyond what the master answers in this long are put off. Long enough
-#: that a 10,000-agent failover on a small machine is not slowed (every agent put off returns
-#: to a master that could have answered it), short enough that an agent's copies are few.
-QUEUE_SECONDS: Final = 5.0
-#: Never put off a registration while fewer than this many wait.
-MIN_QUEUE: Final = 1_000
-#: Registrations answered per second, assumed before any was measured.
+#: Registrations that may wait in the backlog; beyond, agents are put off. A few seconds of work
+#: for a master here (2,000-3,000 re-registrations with 10 tasks answered a second on 2 cores):
+#: a 10,000-agent failover is not slowed by it, and an agent's copies stay few.
+MAX_QUEUED: Final = 10_000
+#: Registrations answered per second, assumed before any was measured, and the least assumed:
+#: a low estimate would pace the agents put off slower than they can be answered.
 INITIAL_RATE: Final = 2_500.0
+MIN_RATE: Final = 1_000.0
+#: The rate is measured only while at least this many wait (the master busy with a storm, not
+#: a trickle beside other work), over windows of at least ``_WINDOW`` seconds.
+_MEASURE_FROM: Final = 1_000
+_WINDOW: Final = 0.25
 #: The longest delay told to an agent (seconds).
 MAX_DELAY: Final = 30.0
-#: The rate is re-measured over windows of at least this long (seconds) of registrations handled.
-_WINDOW: Final = 0.25
 
 
 class RegistrationGate:
     """Registrations waiting in the backlog, by connection, the rate they are answered, and
     the times the agents put off were told to come back."""
 
-    __slots__ = (
-        "_min_queue",
-        "_queue_seconds",
-        "_rate",
-        "_returns_until",
-        "_window_n",
-        "_window_start",
-        "queued",
-    )
+    __slots__ = ("_max_queued", "_rate", "_returns_until", "_window_n", "_window_start", "queued")
 
-    def __init__(
-        self,
-        *,
-        queue_seconds: float = QUEUE_SECONDS,
-        min_queue: int = MIN_QUEUE,
-        rate: float = INITIAL_RATE,
-    ) -> None:
+    def __init__(self, *, max_queued: int = MAX_QUEUED, rate: float = INITIAL_RATE) -> None:
         #: Connections with a registration in the backlog.
         self.queued: set[str] = set()
-        self._queue_seconds = queue_seconds
-        self._min_queue = min_queue
-        self._rate = rate
+        self._max_queued = max_queued
+        self._rate = max(MIN_RATE, rate)
         self._window_start: float | None = None
         self._window_n = 0
         #: When the last agent put off was told to come back: the next comes after it.
@@ -66,7 +52,7 @@ class RegistrationGate:
 
     @property
     def rate(self) -> float:
-        """Registrations handled per second, as last measured."""
+        """Registrations handled per second, as last measured (at least ``MIN_RATE``)."""
         return self._rate
 
     def arrive(self, peer: str, now: float, *, may_put_off: bool = True) -> float | None:
@@ -81,9 +67,8 @@ class RegistrationGate:
         if peer in self.queued:
             return 0.0
         waiting = len(self.queued)
-        bound = max(self._min_queue, self._rate * self._queue_seconds)
-        if may_put_off and waiting >= bound:
-            room_at = now + (waiting - bound / 2) / self._rate
+        if may_put_off and waiting >= self._max_queued:
+            room_at = now + (waiting - self._max_queued / 2) / self._rate
             back = max(room_at, self._returns_until) + 1.0 / self._rate
             self._returns_until = back
             return min(MAX_DELAY, back - now)
@@ -91,12 +76,9 @@ class RegistrationGate:
         return None
 
     def handled(self, peer: str, now: float) -> None:
-        """The registration ``peer`` queued was taken off the backlog and handled (at ``now``).
-
-        The rate is measured only while more wait (the master busy with them): a trickle of
-        registrations in a quiet cluster says nothing of how fast a storm is answered."""
+        """The registration ``peer`` queued was taken off the backlog and handled (at ``now``)."""
         self.queued.discard(peer)
-        if not self.queued:
+        if len(self.queued) < _MEASURE_FROM:
             self._window_start = None
             return
         if self._window_start is None:
@@ -105,5 +87,6 @@ class RegistrationGate:
         self._window_n += 1
         elapsed = now - self._window_start
         if elapsed >= _WINDOW:
-            self._rate = 0.5 * self._rate + 0.5 * max(self._window_n / elapsed, 1.0)
+            measured = self._window_n / elapsed
+            self._rate = max(MIN_RATE, 0.5 * self._rate + 0.5 * measured)
             self._window_start, self._window_n = now, 0
