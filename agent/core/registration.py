@@ -90,8 +90,8 @@ def _attempt(st: AgentState, now: float) -> None:
 
 def on_retry(st: AgentState, msg: RetryRegistration, now: float) -> None:
     """The master put our (re-)registration off: send it again after ``retry_after`` (the
-    master paced the agents it put off; a tenth more at most, by a hash of the hostname, so
-    that several masters' answers never line agents up either)."""
+    master gave each agent it put off a time of its own), up to a tenth later by a hash of the
+    hostname, and start the backoff over."""
     if st.registered:
         return
     jitter = 0.1 * _fraction(f"{st.config.hostname}/retry/{st.registration_attempts}")

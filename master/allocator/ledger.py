@@ -222,7 +222,7 @@ class Ledger:
         for (framework_id, role), res in used.items():
             if res:
                 self._hold(framework_id, agent, role, res, res.scalar_totals_view())
-        self._rank(agent)
+        self._rank(agent, None if in_use else 0)
         self._changed(agent)
         self.topology += 1
         return agent
