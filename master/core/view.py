@@ -161,8 +161,7 @@ class StateView:
         return Resources() if held is None else held[0] - held[1]
 
     def draining(self, agent: Agent) -> bool:
-        entry = self._st.registry.agents.get(agent.agent_id)
-        return entry is not None and entry.draining
+        return agent.agent_id in self._st.registry.draining
 
     def drained(self, agent: Agent) -> bool:
         """Draining with no live task and no executor left (see ``maintenance``)."""
