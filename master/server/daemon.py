@@ -50,6 +50,7 @@ from agora.sdk.messages import (
     AppendEntries,
     AppendReply,
     DetectLeader,
+    Error,
     ErrorCode,
     Heartbeat,
     InstallSnapshot,
@@ -335,6 +336,8 @@ class MasterDaemon:
         """A frame off the socket: an election message goes to the worker now, anything else
         waits in the backlog."""
         message = received.message
+        if received.relay is not None and self._refused_relayed(received):
+            return
         if message is not None and isinstance(message, _ELECTION):
             self._note_peer(received.peer)
             self.stats.messages_received += 1
@@ -356,6 +359,17 @@ class MasterDaemon:
                     self.stats.registrations_coalesced += 1
                 return
         self._inbox.queue(received)
+
+    def _refused_relayed(self, received: Received) -> bool:
+        """A relayed frame the gate refuses is answered ERROR FORBIDDEN and goes no further."""
+        why = self._gate.refuse_relayed(received, time.monotonic())
+        if why is None:
+            return False
+        self.stats.messages_received += 1
+        name = received.message.NAME if received.message is not None else "frame"
+        forbidden = Error(message=f"{name} forbidden: {why}", code=ErrorCode.FORBIDDEN)
+        self._server.try_send(received.peer, forbidden, self._epoch())
+        return True
 
     def _note_peer(self, peer: str) -> None:
         self._peers.heard(peer, time.monotonic())

@@ -2,25 +2,31 @@
 
 Client calls go through :func:`agora.master.server.access.authorize` (CURVE principals and the
 ACL); a refused call is logged and answered with an ERROR FORBIDDEN (made here, sent by the
-daemon). Under CURVE only the electors' principals (the ACL's ``masters`` unless named) take part
-in the election; refused election traffic is logged a few times a second per peer and the rest
+daemon). Frames that came through a relay are checked first (:meth:`Gate.refuse_relayed`).
+Under CURVE only the electors' principals (the ACL's ``masters`` unless named) take part in the
+election; refused election traffic is logged a few times a second per peer and the rest
 summarised, so one forger cannot fill the log.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection
+from typing import Final
 
 import structlog
 from agora.master.core import Send
 from agora.master.server.access import authorize
 from agora.sdk.daemon.ratelimit import KeyedLogLimiter
-from agora.sdk.messages import Error, ErrorCode, Message
-from agora.sdk.transport import Acl
+from agora.sdk.messages import DetectLeader, Error, ErrorCode, Heartbeat, Message, agent
+from agora.sdk.transport import Acl, Received
+from agora.sdk.transport.base import RELAY_SEP
 
-__all__ = ["Gate", "error_to"]
+__all__ = ["RELAYABLE", "Gate", "error_to"]
 
 log = structlog.get_logger(__name__)
+
+#: What may come through a relay: what agents send (and their liveness and leader probes).
+RELAYABLE: Final = frozenset((*agent.MESSAGES, Heartbeat, DetectLeader))
 
 
 def error_to(peer: str, code: ErrorCode, text: str, epoch: int) -> Send:
@@ -61,6 +67,33 @@ class Gate:
                 peer, ErrorCode.FORBIDDEN, f"{message.NAME} forbidden: {checked}", epoch
             )
         return checked
+
+    def refuse_relayed(self, received: Received, now: float) -> str | None:
+        """Why a frame that came through a relay must not reach the core, or None.
+
+        A relay carries agents only: any other message is refused, and so is all of it when
+        CURVE is on and the relay's principal is not one of the ACL's ``relays`` (the relay
+        vouches for its agents' principals), or when it names no principal for its agent."""
+        message = received.message
+        if message is not None and type(message) not in RELAYABLE:
+            why = f"{message.NAME} is not an agent's message: a relay carries agents only"
+        elif not self._authenticated:
+            return None
+        elif self._acl is None or not self._acl.may_relay(received.relay):
+            why = f"principal {received.relay!r} may not relay (the ACL's relays)"
+        elif received.principal is None and message is not None:
+            why = "the relay named no principal for its agent"
+        else:
+            return None
+        if self._refusal_log.allow(received.peer.partition(RELAY_SEP)[0], now):
+            log.warning(
+                "relayed_frame_refused",
+                peer=received.peer,
+                relay=received.relay,
+                message=message.NAME if message is not None else None,
+                reason=why,
+            )
+        return why
 
     def admits_election(
         self, peer: str, message: Message, principal: str | None, now: float

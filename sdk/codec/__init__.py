@@ -64,6 +64,7 @@ __all__ = [
     "ProtocolError",
     "decode",
     "encode",
+    "message_name",
     "pack_record",
     "unpack_record",
 ]
@@ -139,6 +140,16 @@ def decode(
     except Exception:  # any failure: decode again, slowly, to say what is wrong
         pass
     return _decode_slowly(frame)
+
+
+def message_name(frame: bytes | bytearray | memoryview) -> str | None:
+    """The name of the message in ``frame`` (its envelope only: the body is not decoded), or None
+    when the frame is not an envelope. For relays, which carry frames without reading them."""
+    try:
+        name, _version, _epoch, _raw = ENVELOPE.decode(frame)
+    except Exception:  # msgspec's errors, or a type error from a hostile frame
+        return None
+    return name if isinstance(name, str) else None
 
 
 def _decode_slowly(frame: bytes | bytearray | memoryview) -> Envelope:

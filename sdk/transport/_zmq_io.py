@@ -113,15 +113,21 @@ class SocketIO:
             await self._wait(self._readers)
         return parts
 
-    def send_nowait(self, head: bytes, body: bytes | None = None) -> bool:
-        """Send one or two frames; False when it would block (high-water mark)."""
+    def send_nowait(
+        self, head: bytes, body: bytes | None = None, tail: bytes | None = None
+    ) -> bool:
+        """Send one, two or three frames; False when it would block (high-water mark)."""
         self._check()
         try:
             if body is None:
                 self.sock.send(head, _NOBLOCK)
-            else:
+            elif tail is None:
                 self.sock.send(head, _MORE)
                 self.sock.send(body, _NOBLOCK)
+            else:  # a ROUTER's first frame decides: the others then cannot block
+                self.sock.send(head, _MORE)
+                self.sock.send(body, _MORE)
+                self.sock.send(tail, _NOBLOCK)
         except zmq.Again:
             return False
         finally:

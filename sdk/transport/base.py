@@ -10,7 +10,18 @@ from agora.sdk.codec import decode
 from agora.sdk.errors import ProtocolError
 from agora.sdk.messages import Message
 
-__all__ = ["Client", "Dial", "Received", "Server", "TransportClosed", "decode_received"]
+__all__ = [
+    "RELAY_SEP",
+    "Client",
+    "Dial",
+    "Received",
+    "Server",
+    "TransportClosed",
+    "decode_received",
+]
+
+#: Between the relay's routing id and the agent's in the peer name of a relayed agent.
+RELAY_SEP = "/"
 
 
 class TransportClosed(ConnectionError):
@@ -24,6 +35,11 @@ class Received:
     ``peer`` is the sender's routing id as hex on the server side and ``""`` on the client side.
     ``message`` is None exactly when ``error`` is set (``epoch`` is then 0). ``principal`` is the
     sender's CURVE principal (the stem of its authorized key file), None when CURVE is off.
+
+    ``relay`` is set when the frame came through a relay (``agora-relay``): the principal of the
+    relay's own connection ("" when CURVE is off). ``peer`` then names the agent behind the relay
+    (:data:`RELAY_SEP` between the two routing ids) and ``principal`` is the agent's, as the
+    relay reports it: trust it only from a relay allowed to vouch (``Acl.relays``).
     """
 
     peer: str
@@ -31,15 +47,18 @@ class Received:
     epoch: int
     error: ProtocolError | None
     principal: str | None = None
+    relay: str | None = None
 
 
-def decode_received(peer: str, frame: bytes | memoryview, principal: str | None = None) -> Received:
+def decode_received(
+    peer: str, frame: bytes | memoryview, principal: str | None = None, relay: str | None = None
+) -> Received:
     """``Received`` for one frame; a bad frame becomes ``Received(message=None, error=...)``."""
     try:
         envelope = decode(frame)
     except ProtocolError as exc:
-        return Received(peer, None, 0, exc, principal)
-    return Received(peer, envelope.message, envelope.epoch, None, principal)
+        return Received(peer, None, 0, exc, principal, relay)
+    return Received(peer, envelope.message, envelope.epoch, None, principal, relay)
 
 
 @runtime_checkable

@@ -164,6 +164,10 @@ class Acl:
     ``default_user``: principal -> the user a task runs as when neither it nor its framework
     names one (the ``"*"`` key: default); without an entry, the principal's first ``run_as``
     user (unless that is ``"*"``).
+
+    ``relays``: principals whose connections may carry the frames of agents behind them (see
+    ``agora-relay``); a relayed frame acts as the principal the relay says it came from, so only
+    principals named here (never ``"*"``) may relay, and only agents' messages.
     """
 
     agents: frozenset[str] = frozenset({ANY})
@@ -173,6 +177,9 @@ class Acl:
     masters: frozenset[str] = frozenset({ANY})
     run_as: Mapping[str, tuple[str, ...]] | None = field(default=None)
     default_user: Mapping[str, str] = field(default_factory=dict)
+    #: Principals whose connections may carry other agents' frames (``agora-relay``); nobody
+    #: unless named, in a file or not: a relay vouches for the principals of the agents behind it.
+    relays: frozenset[str] = frozenset()
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Acl:
@@ -188,13 +195,16 @@ class Acl:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, source: str = "ACL") -> Acl:
-        known = {"agents", "operators", "roles", "masters", "run_as", "default_user"}
+        known = {"agents", "operators", "roles", "masters", "run_as", "default_user", "relays"}
         unknown = sorted(set(data) - known)
         if unknown:
             raise AclError(f"{source}: unknown key(s) {', '.join(unknown)}")
         agents = _names(data.get("agents", [ANY]), f"{source}: agents")
         operators = _names(data.get("operators", []), f"{source}: operators")
         masters = _names(data.get("masters", [ANY]), f"{source}: masters")
+        relays = _names(data.get("relays", []), f"{source}: relays")
+        if ANY in relays:
+            raise AclError(f'{source}: relays must name principals, not "*"')
         table = data.get("roles")
         roles: dict[str, frozenset[str]] | None = None
         if table is not None:
@@ -216,7 +226,7 @@ class Acl:
         ):
             raise AclError(f'{source}: default_user must be a table of principal = "user"')
         defaults = {str(k): str(v) for k, v in table.items()}
-        return cls(agents, operators, roles, masters, run_as, defaults)
+        return cls(agents, operators, roles, masters, run_as, defaults, relays)
 
     def may_elect(self, principal: str | None) -> bool:
         """May ``principal`` take part in the masters' election (send RAFT_* messages)?"""
@@ -224,6 +234,10 @@ class Acl:
 
     def may_register_agent(self, principal: str | None) -> bool:
         return _allows(self.agents, principal)
+
+    def may_relay(self, principal: str | None) -> bool:
+        """May ``principal``'s connection carry the frames of agents behind it?"""
+        return principal is not None and principal in self.relays
 
     def may_operate(self, principal: str | None) -> bool:
         return _allows(self.operators, principal)

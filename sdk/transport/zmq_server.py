@@ -1,4 +1,8 @@
-"""The ROUTER side over ZeroMQ: one socket, many peers, single-frame messages."""
+"""The ROUTER side over ZeroMQ: one socket, many peers, single-frame messages.
+
+A relay (``agora-relay``) carries many agents over one connection: its frames come as
+``[agent's routing id, agent's principal, frame]`` and go back as ``[agent's routing id, frame]``;
+each agent behind it is a peer of its own (``Received.relay`` says by which relay)."""
 
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ from agora.sdk.transport._zmq_io import (
     make_context,
     new_socket,
 )
-from agora.sdk.transport.base import Received, TransportClosed, decode_received
+from agora.sdk.transport.base import RELAY_SEP, Received, TransportClosed, decode_received
 
 if TYPE_CHECKING:
     from agora.sdk.transport.curve import CurveServer
@@ -29,6 +33,8 @@ log = structlog.get_logger(__name__)
 
 #: Connections the kernel queues for the ROUTER to accept (capped by net.core.somaxconn).
 LISTEN_BACKLOG: Final = 4096
+#: The longest routing id ZeroMQ makes or accepts, and the longest principal a relay may report.
+MAX_ROUTING_ID: Final = 255
 
 
 class ZmqServer:
@@ -110,11 +116,35 @@ class ZmqServer:
             principal = _user_id(body)
         else:
             peer = head.hex()
+        if len(parts) == 4:
+            return self._relayed(peer, parts, principal)
         if len(parts) != 2:
             error = ProtocolError(f"expected a single-frame message, got {len(parts) - 1} frames")
             return Received(peer, None, 0, error, principal)
         data = body.buffer if isinstance(body, zmq.Frame) else body
         return decode_received(peer, data, principal)
+
+    def _relayed(
+        self, relay_peer: str, parts: list[bytes] | list[zmq.Frame], relay: str | None
+    ) -> Received:
+        """A relay's frame: [relay's routing id, agent's routing id, agent's principal, frame].
+        CURVE off: the principal frame is ignored (every principal is None then)."""
+        agent, said = (p.bytes if isinstance(p, zmq.Frame) else p for p in parts[1:3])
+        body = parts[3]
+        relay = (relay or "") if self._curve else ""  # never None: that would mean "direct"
+        if not 0 < len(agent) <= MAX_ROUTING_ID or len(said) > MAX_ROUTING_ID:
+            error = ProtocolError("a relayed frame needs a routing id and a principal of <= 255 B")
+            return Received(relay_peer, None, 0, error, relay, relay)
+        principal: str | None = None
+        if self._curve and said:
+            try:
+                principal = said.decode()
+            except UnicodeDecodeError:
+                error = ProtocolError("a relayed frame's principal is not UTF-8")
+                return Received(relay_peer, None, 0, error, relay, relay)
+        peer = f"{relay_peer}{RELAY_SEP}{agent.hex()}"
+        data = body.buffer if isinstance(body, zmq.Frame) else body
+        return decode_received(peer, data, principal, relay)
 
     async def send(self, peer: str, message: Message, epoch: int = 0) -> bool:
         """Queue ``message`` to ``peer``; False when the peer is unknown or gone, or when its
@@ -124,14 +154,21 @@ class ZmqServer:
     def try_send(self, peer: str, message: Message, epoch: int = 0) -> bool:
         """:meth:`send`, callable outside a coroutine (it never waits anyway)."""
         frame = encode(message, epoch=epoch)
+        relay, _, agent = peer.partition(RELAY_SEP)
         try:
-            routing_id = bytes.fromhex(peer)
+            routing_id = bytes.fromhex(relay)
+            behind = bytes.fromhex(agent) if agent else None
         except ValueError:
             if self._io.closed:
                 raise TransportClosed(f"server {self.endpoint} is closed") from None
             return False
         try:
-            if self._io.send_nowait(routing_id, frame):
+            sent = (
+                self._io.send_nowait(routing_id, frame)
+                if behind is None
+                else self._io.send_nowait(routing_id, behind, frame)
+            )
+            if sent:
                 return True
         except zmq.ZMQError as exc:
             if exc.errno == zmq.EHOSTUNREACH:
