@@ -50,7 +50,6 @@ from agora.sdk.messages import (
     AppendEntries,
     AppendReply,
     DetectLeader,
-    Error,
     ErrorCode,
     Heartbeat,
     InstallSnapshot,
@@ -336,8 +335,12 @@ class MasterDaemon:
         """A frame off the socket: an election message goes to the worker now, anything else
         waits in the backlog."""
         message = received.message
-        if received.relay is not None and self._refused_relayed(received):
-            return
+        if received.relay is not None:
+            refusal = self._gate.refuse_relayed(received, time.monotonic(), self._epoch())
+            if refusal is not None:  # answered ERROR FORBIDDEN, and no further
+                self.stats.messages_received += 1
+                self._server.try_send(refusal.to, refusal.message, refusal.epoch)
+                return
         if message is not None and isinstance(message, _ELECTION):
             self._note_peer(received.peer)
             self.stats.messages_received += 1
@@ -359,17 +362,6 @@ class MasterDaemon:
                     self.stats.registrations_coalesced += 1
                 return
         self._inbox.queue(received)
-
-    def _refused_relayed(self, received: Received) -> bool:
-        """A relayed frame the gate refuses is answered ERROR FORBIDDEN and goes no further."""
-        why = self._gate.refuse_relayed(received, time.monotonic())
-        if why is None:
-            return False
-        self.stats.messages_received += 1
-        name = received.message.NAME if received.message is not None else "frame"
-        forbidden = Error(message=f"{name} forbidden: {why}", code=ErrorCode.FORBIDDEN)
-        self._server.try_send(received.peer, forbidden, self._epoch())
-        return True
 
     def _note_peer(self, peer: str) -> None:
         self._peers.heard(peer, time.monotonic())

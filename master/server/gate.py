@@ -68,8 +68,9 @@ class Gate:
             )
         return checked
 
-    def refuse_relayed(self, received: Received, now: float) -> str | None:
-        """Why a frame that came through a relay must not reach the core, or None.
+    def refuse_relayed(self, received: Received, now: float, epoch: int) -> Send | None:
+        """The ERROR FORBIDDEN (of ``epoch``) that answers a frame which came through a relay
+        and must not reach the core, or None when it may.
 
         A relay carries agents only: any other message is refused, and so is all of it when
         CURVE is on and the relay's principal is not one of the ACL's ``relays`` (the relay
@@ -93,7 +94,8 @@ class Gate:
                 message=message.NAME if message is not None else None,
                 reason=why,
             )
-        return why
+        name = message.NAME if message is not None else "frame"
+        return error_to(received.peer, ErrorCode.FORBIDDEN, f"{name} forbidden: {why}", epoch)
 
     def admits_election(
         self, peer: str, message: Message, principal: str | None, now: float

@@ -26,7 +26,10 @@ memory goes (tracemalloc).
 
 The masters' descriptors bound the socket phase: each simulated peer is one connection at the
 leader, whose RLIMIT_NOFILE hard limit (20,000 here) can be raised only with CAP_SYS_RESOURCE.
-The JSON says so in ``limited_by`` when ``--agents`` does not fit.
+More agents than fit are carried over ``--relay-links`` connections (by default one per 1,000
+agents), each speaking to the leader as ``agora-relay`` does: the leader then handles every
+agent as a peer of its own, as with relays in a real cluster (``relay_links`` in the JSON).
+With ``--relay-links 0`` the JSON says in ``limited_by`` how many agents did not fit.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import os
 import re
 import resource
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -51,8 +55,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/bench for the helpers
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ for support.*
 
-from _failover_procs import Group, Probe, percentiles
+from _failover_procs import Daemon, Group, Probe, percentiles
 from _failover_scale import Leader, _wait, kill_round, step_downs
+from agora.sdk.cli.cluster import free_ports
 from agora.sdk.logs import configure_logging
 from support.zmtp_sim import SimPeers
 
@@ -136,9 +141,16 @@ def _metric(text: str, name: str) -> str:
 
 
 async def run_sockets(
-    group: Group, agents: int, frameworks: int, tasks: int, kills: int
+    group: Group,
+    agents: int,
+    frameworks: int,
+    tasks: int,
+    kills: int,
+    links: int = 0,
+    relays: int = 0,
 ) -> dict[str, Any]:
     group.start_masters(("--agent-reregister-timeout", "600"), http=True)
+    relay_daemons = start_relays(group, relays)
     port_of = dict(zip(group.endpoints, group.http_ports, strict=True))
     per_agent = tasks // agents
     elected: list[float] = []
@@ -149,7 +161,14 @@ async def run_sockets(
         info = await probe.wait_leader(group.endpoints, -1, time.perf_counter() + 60, every=0.05)
         assert info.leader is not None
         leader = Leader(info.leader, info.epoch)
-        sim = SimPeers(agents, frameworks, leader.endpoint, tasks_per_agent=per_agent)
+        sim = SimPeers(
+            agents,
+            frameworks,
+            leader.endpoint,
+            tasks_per_agent=per_agent,
+            relay_links=links,
+            agents_at=[d.argv[d.argv.index("--bind") + 1] for d in relay_daemons],
+        )
         sim.start()
         try:
             started = time.perf_counter()
@@ -197,13 +216,19 @@ async def run_sockets(
             if kills:
                 pid = group.master_at(leader.endpoint).proc.pid  # type: ignore[union-attr]
                 out["leader_rss_after_kills_mib"] = rss_mib(pid)
+            if relay_daemons:
+                out["relays"] = [relay_usage(d) for d in relay_daemons]
         finally:
             sim.stop()
             sim.join(30)
+            for daemon in relay_daemons:
+                daemon.kill()
     return {
         "agents": agents,
         "frameworks": frameworks,
         "tasks": agents * per_agent,
+        "relay_links": links,
+        "real_relays": len(relay_daemons),
         **out,
         "kills": kills,
         "elected_s": percentiles(elected),
@@ -220,6 +245,39 @@ async def run_sockets(
             "other_messages": sim.other,
         },
     }
+
+
+def start_relays(group: Group, count: int) -> list[Daemon]:
+    """``count`` agora-relay processes in front of the group, once each accepts connections."""
+    daemons = []
+    for j, port in enumerate(free_ports(count) if count else ()):
+        endpoint = f"tcp://127.0.0.1:{port}"
+        argv = [
+            *(sys.executable, "-m", "agora.master.relay", "--bind", endpoint, "--insecure"),
+            *("--masters", ",".join(group.endpoints), "--log-level", "warning"),
+        ]
+        daemon = Daemon(f"relay-{j}", argv, group.work_dir / "logs" / f"relay-{j}.log")
+        daemon.start()
+        daemons.append(daemon)
+        deadline = time.monotonic() + 30
+        while True:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            if time.monotonic() > deadline or not daemon.alive:
+                raise RuntimeError(f"relay-{j} did not start: {daemon.log.read_text()[-2000:]}")
+            time.sleep(0.05)
+    return daemons
+
+
+def relay_usage(daemon: Daemon) -> dict[str, float]:
+    """A relay's CPU seconds so far and its resident memory."""
+    assert daemon.proc is not None
+    with open(f"/proc/{daemon.proc.pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    cpu = (int(fields[11]) + int(fields[12])) / ticks
+    return {"cpu_s": round(cpu, 2), "rss_mib": rss_mib(daemon.proc.pid)}
 
 
 def run_core(agents: int, frameworks: int, tasks: int, memory: bool) -> dict[str, Any]:
@@ -247,20 +305,46 @@ def main(argv: list[str] | None = None) -> int:
         "--core-sizes", default=None, help="agents per core-phase run (default: --agents,20000)"
     )
     parser.add_argument("--skip-sockets", action="store_true")
+    parser.add_argument(
+        "--relay-links",
+        type=int,
+        default=None,
+        help="carry the agents over this many connections, as agora-relay does (default: one "
+        "connection per agent while they fit the leader's descriptors, else one per 1,000)",
+    )
+    parser.add_argument(
+        "--real-relays",
+        type=int,
+        default=0,
+        help="start this many agora-relay processes and connect the agents to them, one "
+        "connection each (the relays' CPU and memory are reported)",
+    )
     args = parser.parse_args(argv)
     configure_logging("console", "warning")
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     result: dict[str, Any] = {"bench": "scale"}
     if not args.skip_sockets:
         room, why = fd_room()
-        agents = min(args.agents, room - args.frameworks)
+        links = args.relay_links
+        if links is None:
+            fits = args.real_relays or args.agents + args.frameworks <= room
+            links = 0 if fits else -(-args.agents // 1_000)
+        agents = args.agents if links else min(args.agents, room - args.frameworks)
         result["limited_by"] = why if agents < args.agents else None
         base = "/dev/shm" if os.path.isdir("/dev/shm") else None
         with tempfile.TemporaryDirectory(prefix="agora-scale-", dir=base) as tmp:
             group = Group(Path(tmp), agents=0, election_timeout=args.election_timeout)
             try:
                 result["sockets"] = asyncio.run(
-                    run_sockets(group, agents, args.frameworks, args.tasks, args.kills)
+                    run_sockets(
+                        group,
+                        agents,
+                        args.frameworks,
+                        args.tasks,
+                        args.kills,
+                        links,
+                        args.real_relays,
+                    )
                 )
             finally:
                 _say("stopping the masters")

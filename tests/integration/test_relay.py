@@ -35,6 +35,8 @@ from agora.sdk.messages import (
 )
 from agora.sdk.resources import Resources
 from agora.sdk.transport import generate_keypair
+from support.agent_daemon_kit import agent_process
+from support.master_http_group import http_group
 from support.polling import wait_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -298,3 +300,40 @@ def test_malformed_relay_envelopes_get_an_error(cluster: RelayCluster, parts: li
         reply = decode(sock.recv()).message
     assert isinstance(reply, Error) and reply.code == ErrorCode.BAD_REQUEST, reply
     assert _active_agents(cluster)  # the master serves on
+
+
+def test_agents_behind_a_relay_follow_a_failover(tmp_path: Path) -> None:
+    """A real agent knows only the relay; the leader is killed; it is back at the new leader."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGORA_")}
+    with http_group(tmp_path, election_timeout=1.0) as group:
+        leader, epoch = wait_for(group.leader, 30, "a leader")
+        log = tmp_path / "relay.log"
+        relay = _spawn(
+            [
+                "agora.master.relay",
+                *("--bind", "tcp://127.0.0.1:0", "--endpoint-file", str(tmp_path / "relay.ep")),
+                *("--masters", ",".join(group.endpoints), "--insecure"),
+            ],
+            log,
+            env,
+        )
+        try:
+            relay_ep = _bound(relay, tmp_path / "relay.ep", log)
+            with agent_process(tmp_path, relay_ep) as agent:
+
+                def active(at: str) -> str | None:
+                    agents = group.state(at)["agents"]
+                    up = [a["id"] for a in agents if a["status"] == "ACTIVE"]
+                    return up[0] if up else None
+
+                agent_id = wait_for(lambda: active(leader), START_TIMEOUT, "the agent")
+                group.kill(leader)
+                survivors = [e for e in group.endpoints if e != leader]
+                new, new_epoch = wait_for(lambda: group.leader(survivors), 30, "a new leader")
+                assert new_epoch > epoch
+                back = wait_for(lambda: active(new), START_TIMEOUT, "the agent at the new leader")
+                assert back == agent_id, f"{agent.log()[-3000:]}\n{log.read_text()[-3000:]}"
+                # It never dialled a master itself: the relay is the only master it knows.
+                assert all(m not in agent.log() for m in group.endpoints)
+        finally:
+            _stop(relay)

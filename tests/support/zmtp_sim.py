@@ -7,6 +7,10 @@ socket speaking ZMTP 3.0 with the NULL mechanism as a DEALER would (greeting, RE
 single-frame messages), and one ``selectors`` loop (epoll) serves only the sockets that are
 ready. The masters must run without CURVE (``--insecure``).
 
+With ``relay_links``, the agents instead share that many connections, each speaking to the master
+as ``agora-relay`` does (every agent's frames behind its routing id and an empty principal): the
+master still sees one peer per agent, over far fewer descriptors.
+
 Simulated agents register, answer PING with PONG and, told to follow a new leader, reconnect there
 and re-register with ``tasks_per_agent`` RUNNING tasks spread over the schedulers' frameworks.
 Simulated schedulers subscribe with their offers suppressed (idle schedulers: a thousand that
@@ -23,6 +27,7 @@ import selectors
 import socket
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +45,7 @@ from agora.sdk.messages import (
     Filters,
     FrameworkInfo,
     Heartbeat,
+    LeaderInfo,
     Offers,
     Ping,
     Pong,
@@ -67,10 +73,16 @@ def _command(body: bytes) -> bytes:
 _READY = _command(b"\x05READY" + b"\x0bSocket-Type" + (6).to_bytes(4, "big") + b"DEALER")
 
 
-def _frame(data: bytes) -> bytes:
+def _frame(data: bytes, more: int = 0) -> bytes:
     if len(data) < 256:
-        return bytes((0x00, len(data))) + data
-    return b"\x02" + len(data).to_bytes(8, "big") + data
+        return bytes((more, len(data))) + data
+    return bytes((0x02 | more,)) + len(data).to_bytes(8, "big") + data
+
+
+def _relayed(rid: bytes) -> bytes:
+    """What goes before an agent's frame on a relay's connection: its routing id, then the
+    principal frame (empty: the masters run without CURVE)."""
+    return _frame(rid, 0x01) + _frame(b"", 0x01)
 
 
 #: What simulated agents announce: they read RETRY_REGISTRATION (not batches).
@@ -84,7 +96,7 @@ _TASK = Resources.parse("cpus:0.1;mem:32")
 
 @dataclass(slots=True, eq=False)
 class _Conn:
-    kind: str  # "agent" or "framework"
+    kind: str  # "agent", "framework", or "relay" (a connection carrying agents)
     index: int
     sock: socket.socket | None = None
     inbuf: bytearray = field(default_factory=bytearray)
@@ -92,6 +104,19 @@ class _Conn:
     greeted: bool = False
     done: bool = False  # (re-)registered or subscribed with the leader followed now
     sent_at: float = 0.0
+    #: Where it connects when not to the leader (a real relay).
+    endpoint: str | None = None
+    #: A relayed agent: the relay connection that carries it, and what precedes its frames.
+    link: _Conn | None = None
+    envelope: bytes = b""
+    #: A relay connection: its agents by routing id, and the frames of a message read so far.
+    behind: dict[bytes, _Conn] = field(default_factory=dict)
+    parts: list[bytes] = field(default_factory=list)
+
+    @property
+    def ready(self) -> bool:
+        """Greeted by the master (over its relay's connection, for a relayed agent)."""
+        return self.link.greeted if self.link is not None else self.greeted
 
 
 class SimPeers(threading.Thread):
@@ -107,9 +132,17 @@ class SimPeers(threading.Thread):
         *,
         tasks_per_agent: int = 0,
         refuse_seconds: float = 30.0,
+        relay_links: int = 0,
+        agents_at: Sequence[str] = (),
     ) -> None:
+        """``relay_links`` > 0: the agents share that many connections, speaking as a relay
+        (``agora-relay``) does; else each has its own. ``agents_at``: the agents connect to
+        these endpoints (real relays, in turn) instead of the leader, and stay there when told
+        to follow a new one (the relays follow it)."""
         super().__init__(name="zmtp-sim", daemon=True)
         self.agents = agents
+        self.relay_links = relay_links
+        self._agents_at = tuple(agents_at)
         self.frameworks = frameworks
         self.tasks_per_agent = tasks_per_agent
         self.refuse_seconds = refuse_seconds
@@ -161,13 +194,23 @@ class SimPeers(threading.Thread):
         self._conns = [_Conn("framework", i) for i in range(self.frameworks)] + [
             _Conn("agent", i) for i in range(self.agents)
         ]
+        for conn in self._conns[self.frameworks :] if self._agents_at else ():
+            conn.endpoint = self._agents_at[conn.index % len(self._agents_at)]
+        links = [_Conn("relay", j) for j in range(self.relay_links)]
+        for conn in self._conns[self.frameworks :] if links else ():
+            conn.link = link = links[conn.index % len(links)]
+            rid = b"a" + conn.index.to_bytes(4, "big")
+            conn.envelope = _relayed(rid)
+            link.behind[rid] = conn
+        #: What holds a TCP connection: the frameworks, and the agents or their relays.
+        self._sockets = self._conns[: self.frameworks] + (links or self._conns[self.frameworks :])
         self._pending = list(self._conns)  # not (re-)registered yet: looked at every 0.1 s
         self._retry: list[tuple[float, _Conn]] = []  # (when, whom) to connect again
         self._pong = _frame(encode(Pong()))
         self._heartbeat = _frame(encode(Heartbeat()))
         next_heartbeat = time.perf_counter() + _HEARTBEAT
         try:
-            for conn in self._conns:
+            for conn in self._sockets:
                 self._connect(conn)
             next_scan = 0.0
             while not self._halt.is_set():
@@ -189,7 +232,7 @@ class SimPeers(threading.Thread):
                     if events & selectors.EVENT_WRITE and conn.sock is not None:
                         self._flush(conn)
         finally:
-            for conn in self._conns:
+            for conn in self._sockets:
                 if conn.sock is not None:
                     conn.sock.close()
             self._sel.close()
@@ -203,9 +246,10 @@ class SimPeers(threading.Thread):
             if order == "follow":
                 self._leader = arg
                 self._retry.clear()
-                for conn in self._conns:
-                    self._close(conn)
-                    self._connect(conn)
+                for conn in self._sockets:
+                    if conn.endpoint is None:
+                        self._close(conn)
+                        self._connect(conn)
                 self.following = arg
             self.with_tasks = self.with_tasks or order == "reregister" or self.tasks_per_agent > 0
             self.reregistered = 0
@@ -225,7 +269,7 @@ class SimPeers(threading.Thread):
             if conn.done:
                 continue
             still.append(conn)
-            if not conn.greeted or now - conn.sent_at <= _RESEND:
+            if not conn.ready or now - conn.sent_at <= _RESEND:
                 continue
             if conn.kind == "agent" and not frameworks_ready:
                 continue
@@ -274,14 +318,15 @@ class SimPeers(threading.Thread):
     # -- one connection --------------------------------------------------------------------------
 
     def _connect(self, conn: _Conn) -> None:
-        host, port = self._leader.removeprefix("tcp://").rsplit(":", 1)
+        target = conn.endpoint or self._leader
+        host, port = target.removeprefix("tcp://").rsplit(":", 1)
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         rc = sock.connect_ex((host, int(port)))
         if rc not in (0, errno.EINPROGRESS):
             sock.close()
-            raise OSError(rc, f"connect to {self._leader}: {errno.errorcode.get(rc, rc)}")
+            raise OSError(rc, f"connect to {target}: {errno.errorcode.get(rc, rc)}")
         conn.sock = sock
         conn.inbuf.clear()
         conn.out[:] = _GREETING + _READY
@@ -300,8 +345,9 @@ class SimPeers(threading.Thread):
         ``_RECONNECT`` seconds, as libzmq does."""
         self.reconnects += 1
         self._close(conn)
-        conn.done = False
-        conn.sent_at = 0.0
+        for peer in (*conn.behind.values(), conn):
+            peer.done = False
+            peer.sent_at = 0.0
         self._retry.append((time.perf_counter() + _RECONNECT, conn))
 
     def _connect_due(self, now: float) -> None:
@@ -310,9 +356,12 @@ class SimPeers(threading.Thread):
         for conn in due:
             if conn.sock is None:
                 self._connect(conn)
-                self._pending.append(conn)
+                self._pending.extend(conn.behind.values() or (conn,))
 
     def _send(self, conn: _Conn, data: bytes) -> None:
+        if conn.link is not None:
+            data = conn.envelope + data
+            conn = conn.link
         if conn.sock is None:
             return
         pending = bool(conn.out)
@@ -375,9 +424,23 @@ class SimPeers(threading.Thread):
             pos += head + size
             if flags & 0x04:
                 self._on_command(conn, body)
-            else:
+            elif conn.kind != "relay":
                 self._on_message(conn, body)
+            elif flags & 0x01:  # more frames of this message follow
+                conn.parts.append(body)
+            else:
+                self._on_relayed(conn, body)
         del buf[:pos]
+
+    def _on_relayed(self, link: _Conn, body: bytes) -> None:
+        """A message on a relay's connection: [agent's routing id, frame] for one of its agents,
+        or the master's own to the relay."""
+        parts, link.parts = link.parts, []
+        agent = link.behind.get(parts[0]) if len(parts) == 1 else None
+        if agent is not None:
+            self._on_message(agent, body)
+        else:
+            self._note("to_relay")
 
     def _on_command(self, conn: _Conn, body: bytes) -> None:
         name = body[1 : 1 + body[0]]
@@ -419,6 +482,12 @@ class SimPeers(threading.Thread):
             self.put_off += 1
             wait = message.retry_after * (1.0 + 0.1 * ((conn.index * 0.618034) % 1.0))
             conn.sent_at = time.perf_counter() - _RESEND + wait
+        elif kind is LeaderInfo and conn.endpoint is not None:
+            # A real relay says who leads: an agent still to re-register sends at once, as
+            # its queued frame may have reached the relay before the relay had a leader.
+            if message.leader is not None and not conn.done:
+                conn.sent_at = 0.0
+            self._note(message.NAME)
         elif kind is AgentReregistered and conn.kind == "agent" and not conn.done:
             conn.done = True
             self.reregistered += 1
