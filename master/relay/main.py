@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import signal
 import sys
@@ -54,6 +55,7 @@ async def run(settings: RelaySettings) -> int:
             "running_insecure",
             hint="no CURVE: anyone who reaches this relay's port can speak as an agent",
         )
+    status = 0
     try:
         serving = asyncio.create_task(relay.serve(), name="relay")
         loop = asyncio.get_running_loop()
@@ -65,15 +67,13 @@ async def run(settings: RelaySettings) -> int:
             os.replace(tmp, settings.endpoint_file)
         with contextlib.suppress(asyncio.CancelledError):
             await serving
+    except Exception:
+        log.exception("relay_failed")
+        status = 1
     finally:
         relay.close()
         if settings.endpoint_file is not None:
             with contextlib.suppress(OSError):
                 settings.endpoint_file.unlink()
-    log.info("relay_stopped", **vars_of(relay))
-    return 0
-
-
-def vars_of(relay: Relay) -> dict[str, int]:
-    stats = relay.stats
-    return {name: getattr(stats, name) for name in stats.__slots__}
+    log.info("relay_stopped", **dataclasses.asdict(relay.stats))
+    return status

@@ -234,13 +234,19 @@ class Relay:
     async def _from_agents(self) -> None:
         agents = self._agents
         while True:
-            self._from_agent(await agents.recv_parts())
+            self._carry_up(await agents.recv_parts())
             for _ in range(_BATCH):
                 parts = agents.recv_parts_nowait()
                 if parts is None:
                     break
-                self._from_agent(parts)
+                self._carry_up(parts)
             await asyncio.sleep(0)
+
+    def _carry_up(self, parts: list[bytes] | list[zmq.Frame]) -> None:
+        try:
+            self._from_agent(parts)
+        except Exception:  # never let one frame stop the relay
+            log.exception("relay_agent_frame_failed")
 
     def _from_agent(self, parts: list[bytes] | list[zmq.Frame]) -> None:
         head, body = parts[0], parts[-1]
@@ -282,7 +288,11 @@ class Relay:
     def _to_agent(self, endpoint: str, agent: bytes, frame: bytes) -> None:
         if endpoint != self.leading or message_name(frame) == _LEADER:
             return  # a deposed master's, or naming masters the agents must not dial
-        sent = self._agents.send_frame(agent, frame)
+        try:
+            sent = self._agents.send_frame(agent, frame)
+        except zmq.ZMQError as exc:  # e.g. a routing id longer than ZeroMQ allows
+            log.warning("relay_send_failed", agent=agent.hex()[:64], error=str(exc))
+            return
         if sent is None:
             self._books.forget(agent)
         elif sent:

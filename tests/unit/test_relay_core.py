@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from agora.master.relay.config import OPTIONS, settings_from
 from agora.master.relay.core import Downstream, leader_info
 from agora.sdk.codec import encode, message_name
 from agora.sdk.messages import DetectLeader, Pong
@@ -73,3 +76,23 @@ def test_message_name_reads_the_envelope_only() -> None:
     assert message_name(encode(Pong())) == "PONG"
     for junk in (b"", b"\xff" * 10, b"\x94\xa1x", encode(Pong())[:5]):
         assert message_name(junk) is None
+
+
+def _values(**given: object) -> dict[str, object]:
+    values: dict[str, object] = {opt.name: opt.default for opt in OPTIONS}
+    values.update(given)
+    return values
+
+
+def test_the_relay_needs_masters_and_curve_or_insecure_on_purpose() -> None:
+    with pytest.raises(ValueError, match="--masters"):
+        settings_from(_values(insecure=True))
+    with pytest.raises(ValueError, match="--insecure"):
+        settings_from(_values(masters=("tcp://m1:5050",)))
+    with pytest.raises(ValueError, match="--master-public-key"):
+        settings_from(_values(masters=("tcp://m1:5050",), curve_secret_key=Path("relay")))
+    keys = {k: Path(k) for k in ("curve_secret_key", "curve_authorized_keys", "master_public_key")}
+    with pytest.raises(ValueError, match="exclude"):
+        settings_from(_values(masters=("tcp://m1:5050",), insecure=True, **keys))
+    ok = settings_from(_values(masters=("tcp://m1:5050",), **keys))
+    assert ok.curve_secret_key == Path("curve_secret_key") and not ok.insecure
