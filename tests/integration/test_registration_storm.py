@@ -43,10 +43,21 @@ def wait_until(predicate: object, what: str, sim: SimPeers) -> None:
 
 
 @pytest.mark.timeout(300)
-def test_a_registration_storm_and_a_failover_storm_cause_no_step_down(tmp_path: Path) -> None:
+@pytest.mark.parametrize("relay_links", [0, 30], ids=["direct", "relayed"])
+def test_a_registration_storm_and_a_failover_storm_cause_no_step_down(
+    tmp_path: Path, relay_links: int
+) -> None:
+    """``relayed``: the agents come over 30 connections as agora-relay carries them, and each is
+    still an agent of its own at the leader."""
     with http_group(tmp_path, election_timeout=T) as group:
         leader, epoch = wait_for(group.leader, 30, "a leader")
-        sim = SimPeers(AGENTS, FRAMEWORKS, leader, tasks_per_agent=TASKS_PER_AGENT)
+        sim = SimPeers(
+            AGENTS,
+            FRAMEWORKS,
+            leader,
+            tasks_per_agent=TASKS_PER_AGENT,
+            relay_links=relay_links,
+        )
         sim.start()
         try:
             wait_until(
