@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from agora.agent.server import config as agent_config
+from agora.master.relay import config as relay_config
 from agora.master.server import config as master_config
 from agora.sdk.daemon.settings import load
 from agora.sdk.discovery import parse_masters
@@ -35,7 +36,7 @@ def _read(path: Path) -> dict[str, Any]:
 
 def test_every_config_file_is_toml() -> None:
     names = sorted(p.name for p in CONFIG.glob("*.toml"))
-    assert {"master.toml", "agent.toml", "acl.toml"} <= set(names)
+    assert {"master.toml", "agent.toml", "acl.toml", "relay.toml"} <= set(names)
     for name in names:
         assert _read(CONFIG / name), f"{name} is empty"
 
@@ -94,6 +95,27 @@ def test_acl_loads() -> None:
     assert acl.may_operate("ops")
     assert acl.may_use_roles("batch-framework", ["batch"]) is None
     assert acl.may_use_roles("batch-framework", ["mpi"]) == "mpi"
+    assert acl.may_relay("relay-1") and not acl.may_relay("agent-1")
+
+
+def test_relay_toml_loads_through_the_relay_settings() -> None:
+    settings = relay_config.load_settings(["--config", str(CONFIG / "relay.toml")], env={})
+    file = _read(CONFIG / "relay.toml")
+    assert settings.curve_secret_key is not None and not settings.insecure
+    assert settings.masters == tuple(_read(CONFIG / "master.toml")["masters"])
+    assert settings.bind == file["bind"] and settings.log_format == "json"
+    # The masters admit the relay's key and their ACL lets it relay.
+    assert Acl.load(CONFIG / "acl.toml").may_relay(settings.curve_secret_key.name.split(".")[0])
+
+
+def test_relay_unit_starts_the_relay_with_its_config() -> None:
+    scripts = _read(ROOT / "pyproject.toml")["project"]["scripts"]
+    keys = _unit("agora-relay.service")
+    (exec_start,) = keys["ExecStart"]
+    words = exec_start.split()
+    assert Path(words[0]).name == "agora-relay" and "agora-relay" in scripts
+    assert words[1:] == ["--config", "/etc/agora/relay.toml"]
+    assert keys["User"] != ["root"] and keys["Restart"] == ["on-failure"]
 
 
 def test_compose_names_only_real_settings() -> None:
