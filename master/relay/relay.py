@@ -9,11 +9,11 @@ as they do when a master drops it).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import errno
 import functools
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Final, cast
 
 import structlog
@@ -41,13 +41,15 @@ log = structlog.get_logger(__name__)
 
 #: An agent silent this long is forgotten (a master pings each of its agents every 15 s).
 IDLE_SECONDS: Final = 120.0
+#: Seconds between log lines of what the relay carried and dropped (when anything changed).
+STATS_EVERY: Final = 60.0
 #: Frames read in one go before the loop lets other tasks run.
 _BATCH: Final = 256
 _DETECT_LEADER: Final = DetectLeader.NAME
 _LEADER: Final = LeaderInfo.NAME
 
 
-@dataclass(slots=True)
+@dataclasses.dataclass(slots=True)
 class RelayStats:
     """What the relay has carried and dropped since it started."""
 
@@ -325,8 +327,13 @@ class Relay:
         return encode(leader_info(self.name, epoch, leading), epoch=epoch)
 
     async def _expire(self) -> None:
+        """Forget silent agents; log what was carried and dropped when it changed."""
+        logged = dataclasses.replace(self.stats)
         while True:
-            await asyncio.sleep(self._books.idle / 4)
+            await asyncio.sleep(min(self._books.idle / 4, STATS_EVERY))
             gone = self._books.expire(time.monotonic())
             if gone:
                 log.debug("relay_agents_forgotten", count=len(gone), agents=self.agents)
+            if self.stats != logged:
+                logged = dataclasses.replace(self.stats)
+                log.info("relay_stats", agents=self.agents, **dataclasses.asdict(logged))
