@@ -245,7 +245,7 @@ class SimPeers(threading.Thread):
                 return
             if order == "follow":
                 self._leader = arg
-                self._retry.clear()
+                self._retry = [(at, c) for at, c in self._retry if c.endpoint is not None]
                 for conn in self._sockets:
                     if conn.endpoint is None:
                         self._close(conn)
@@ -329,6 +329,7 @@ class SimPeers(threading.Thread):
             raise OSError(rc, f"connect to {target}: {errno.errorcode.get(rc, rc)}")
         conn.sock = sock
         conn.inbuf.clear()
+        conn.parts.clear()
         conn.out[:] = _GREETING + _READY
         conn.greeted = False
         self._sel.register(sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
