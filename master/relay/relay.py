@@ -20,7 +20,7 @@ import structlog
 import zmq
 import zmq.asyncio
 from agora.master.relay.core import DEFAULT_MAX_AGENTS, Downstream, leader_info
-from agora.sdk.codec import encode, message_name
+from agora.sdk.codec import encode, envelope_head
 from agora.sdk.daemon.ratelimit import KeyedLogLimiter
 from agora.sdk.errors import ProtocolError
 from agora.sdk.messages import DetectLeader, LeaderInfo
@@ -149,6 +149,8 @@ class Relay:
         self._books = Downstream(idle=idle, max_agents=max_agents)
         self._masters: dict[str, _MasterSide] = {}
         self._link: MasterLink | None = None
+        #: The newest epoch on the leader's frames to agents (a lone master is never asked).
+        self._epoch = 0
         self.stats = RelayStats()
         self._refusals = KeyedLogLimiter(rate=1.0, burst=3, max_keys=64)
 
@@ -267,7 +269,8 @@ class Relay:
         if not verdict.carry:
             self._refuse(agent, "the relay serves as many agents as it may")
             return
-        name = message_name(data)
+        envelope = envelope_head(data)
+        name = envelope[0] if envelope is not None else None
         if verdict.new or name == _DETECT_LEADER:
             self._tell(agent, self.leading is not None)
         if name in (_DETECT_LEADER, _LEADER):
@@ -288,8 +291,13 @@ class Relay:
     # -- the leading master -> agents ----------------------------------------------------------
 
     def _to_agent(self, endpoint: str, agent: bytes, frame: bytes) -> None:
-        if endpoint != self.leading or message_name(frame) == _LEADER:
-            return  # a deposed master's, or naming masters the agents must not dial
+        if endpoint != self.leading:
+            return  # a deposed master's
+        head = envelope_head(frame)
+        if head is not None:
+            if head[0] == _LEADER:
+                return  # it names the masters, which the agents must not dial
+            self._epoch = max(self._epoch, head[1])  # what LEADER then says (a lone master's)
         try:
             sent = self._agents.send_frame(agent, frame)
         except zmq.ZMQError as exc:  # e.g. a routing id longer than ZeroMQ allows
@@ -323,7 +331,7 @@ class Relay:
         log.info("relay_leader", leader=self.leading, agents=self.agents)
 
     def _leader_frame(self, leading: bool) -> bytes:
-        epoch = self._link.epoch if self._link is not None else 0
+        epoch = max(self._link.epoch if self._link is not None else 0, self._epoch)
         return encode(leader_info(self.name, epoch, leading), epoch=epoch)
 
     async def _expire(self) -> None:

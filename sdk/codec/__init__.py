@@ -64,7 +64,7 @@ __all__ = [
     "ProtocolError",
     "decode",
     "encode",
-    "message_name",
+    "envelope_head",
     "pack_record",
     "unpack_record",
 ]
@@ -142,14 +142,15 @@ def decode(
     return _decode_slowly(frame)
 
 
-def message_name(frame: bytes | bytearray | memoryview) -> str | None:
-    """The name of the message in ``frame`` (its envelope only: the body is not decoded), or None
-    when the frame is not an envelope. For relays, which carry frames without reading them."""
+def envelope_head(frame: bytes | bytearray | memoryview) -> tuple[str, int] | None:
+    """The name and epoch of the message in ``frame`` (its envelope only: the body is not
+    decoded), or None when the frame is not an envelope. For relays, which carry frames without
+    reading them."""
     try:
-        name, _version, _epoch, _raw = ENVELOPE.decode(frame)
+        name, _version, epoch, _raw = ENVELOPE.decode(frame)
     except Exception:  # msgspec's errors, or a type error from a hostile frame
         return None
-    return name if isinstance(name, str) else None
+    return (name, epoch) if isinstance(name, str) and isinstance(epoch, int) else None
 
 
 def _decode_slowly(frame: bytes | bytearray | memoryview) -> Envelope:

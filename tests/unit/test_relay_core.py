@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from agora.master.relay.config import OPTIONS, settings_from
 from agora.master.relay.core import Downstream, leader_info
-from agora.sdk.codec import encode, message_name
+from agora.sdk.codec import encode, envelope_head
 from agora.sdk.messages import DetectLeader, Pong
 from agora.sdk.transport import Acl, AclError
 
@@ -71,11 +71,11 @@ def test_relays_must_be_named_and_nobody_relays_by_default() -> None:
         Acl.from_dict({"relays": "relay"})
 
 
-def test_message_name_reads_the_envelope_only() -> None:
-    assert message_name(encode(DetectLeader(), epoch=3)) == "DETECT_LEADER"
-    assert message_name(encode(Pong())) == "PONG"
+def test_envelope_head_reads_the_envelope_only() -> None:
+    assert envelope_head(encode(DetectLeader(), epoch=3)) == ("DETECT_LEADER", 3)
+    assert envelope_head(encode(Pong())) == ("PONG", 0)
     for junk in (b"", b"\xff" * 10, b"\x94\xa1x", encode(Pong())[:5]):
-        assert message_name(junk) is None
+        assert envelope_head(junk) is None
 
 
 def _values(**given: object) -> dict[str, object]:

@@ -88,10 +88,14 @@ def test_frames_are_carried_both_ways_and_each_agent_is_a_peer_of_its_own() -> N
                 assert got.peer != other.peer
                 assert got.peer.partition(RELAY_SEP)[0] == other.peer.partition(RELAY_SEP)[0]
 
-                assert master.try_send(other.peer, Ping())
+                assert master.try_send(other.peer, Ping(), epoch=7)
                 assert isinstance(await two.recv(), Ping)
                 assert await one.nothing()
                 assert (relay.stats.to_masters, relay.stats.to_agents) == (2, 1)
+                # A lone master is never asked who leads: the relay speaks of the epoch it saw.
+                await two.send(DetectLeader())
+                answer = await two.recv()
+                assert isinstance(answer, LeaderInfo) and answer.epoch == 7
             finally:
                 one.close()
                 two.close()
