@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 from support.polling import wait_for
+from support.procs import marked, stop
 
 AGORA = (sys.executable, "-m", "agora.sdk.cli")
 CMD_TIMEOUT = 60.0  # seconds any one CLI command may take, at most
@@ -84,36 +85,6 @@ def _generate(env: dict[str, str], keys: Path, name: str) -> None:
     assert out.returncode == 0, out.stderr
     assert str(keys / f"{name}.key") in out.stdout
     assert str(keys / f"{name}.key_secret") in out.stdout
-
-
-def _ours(mark: str) -> list[int]:
-    """Live processes carrying ``MARK=mark`` in their environment (not this one)."""
-    wanted = f"{MARK}={mark}".encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                environ = f.read().split(b"\0")
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                zombie = f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
-        except OSError:
-            continue
-        if not zombie and wanted in environ:
-            found.append(int(entry))
-    return found
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")
@@ -180,8 +151,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CurveCluster]:
         yield CurveCluster(endpoint, keys, env, master_log, agent_log)
     finally:
         for proc in reversed(procs):  # the agent first: it stops its executors and tasks
-            _stop(proc)
-        for pid in _ours(mark):
+            stop(proc)
+        for pid in marked(MARK, mark):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
 
@@ -326,4 +297,4 @@ def test_keys_for_a_master_without_curve_are_one_line_and_exit_1(
         # and without the keys, the same master answers
         assert cluster.agora("state", "--master", endpoint, "--json").returncode == 0
     finally:
-        _stop(plain)
+        stop(plain)

@@ -38,6 +38,7 @@ from agora.sdk.transport import generate_keypair
 from support.agent_daemon_kit import agent_process
 from support.master_http_group import http_group
 from support.polling import wait_for
+from support.procs import marked, stop
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -124,29 +125,6 @@ def _bound(proc: subprocess.Popen[bytes], endpoint_file: Path, log: Path) -> str
     return wait_for(bound, START_TIMEOUT, f"{endpoint_file.name}")
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-
-
-def _ours(mark: str) -> list[int]:
-    wanted = f"{MARK}={mark}".encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        with contextlib.suppress(OSError), open(f"/proc/{entry}/environ", "rb") as f:
-            if wanted in f.read().split(b"\0"):
-                found.append(int(entry))
-    return found
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RelayCluster]:
     tmp = tmp_path_factory.mktemp("relay")
@@ -217,8 +195,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RelayCluster]:
         yield RelayCluster(master_ep, relay_ep, keys, env, logs)
     finally:
         for proc in reversed(procs):
-            _stop(proc)
-        for pid in _ours(mark):
+            stop(proc)
+        for pid in marked(MARK, mark):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
 
@@ -336,4 +314,4 @@ def test_agents_behind_a_relay_follow_a_failover(tmp_path: Path) -> None:
                 # It never dialled a master itself: the relay is the only master it knows.
                 assert all(m not in agent.log() for m in group.endpoints)
         finally:
-            _stop(relay)
+            stop(relay)

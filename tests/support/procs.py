@@ -1,9 +1,13 @@
-"""Looking at this machine's processes from tests: are they alive, which MPI processes run."""
+"""Looking at this machine's processes from tests: are they alive, which MPI processes run,
+which carry a test's mark; and stopping one a test started."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
+import subprocess
 from pathlib import Path
 
 _MPI = re.compile(rb"(^|/)(orted|mpirun) |-m mpi4py ")
@@ -31,3 +35,32 @@ def mpi_pids() -> set[int]:
         if _MPI.search(cmdline):
             found.add(int(entry))
     return found
+
+
+def marked(variable: str, value: str) -> list[int]:
+    """Live processes (not this one) whose environment sets ``variable=value``: what a test
+    started, with all their children, for it to sweep up."""
+    wanted = f"{variable}={value}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if wanted in environ and alive(int(entry)):
+            found.append(int(entry))
+    return found
+
+
+def stop(proc: subprocess.Popen[bytes], grace: float = 15.0) -> None:
+    """SIGTERM ``proc``; after ``grace`` seconds SIGKILL its process group. Reaps it."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
