@@ -150,7 +150,24 @@ async def run_sockets(
     relays: int = 0,
 ) -> dict[str, Any]:
     group.start_masters(("--agent-reregister-timeout", "600"), http=True)
-    relay_daemons = start_relays(group, relays)
+    relay_daemons: list[Daemon] = []
+    try:
+        start_relays(group, relays, relay_daemons)
+        return await _measure(group, agents, frameworks, tasks, kills, links, relay_daemons)
+    finally:
+        for daemon in relay_daemons:
+            daemon.kill()
+
+
+async def _measure(
+    group: Group,
+    agents: int,
+    frameworks: int,
+    tasks: int,
+    kills: int,
+    links: int,
+    relay_daemons: list[Daemon],
+) -> dict[str, Any]:
     port_of = dict(zip(group.endpoints, group.http_ports, strict=True))
     per_agent = tasks // agents
     elected: list[float] = []
@@ -221,8 +238,6 @@ async def run_sockets(
         finally:
             sim.stop()
             sim.join(30)
-            for daemon in relay_daemons:
-                daemon.kill()
     return {
         "agents": agents,
         "frameworks": frameworks,
@@ -247,9 +262,9 @@ async def run_sockets(
     }
 
 
-def start_relays(group: Group, count: int) -> list[Daemon]:
-    """``count`` agora-relay processes in front of the group, once each accepts connections."""
-    daemons = []
+def start_relays(group: Group, count: int, daemons: list[Daemon]) -> None:
+    """``count`` agora-relay processes in front of the group, added to ``daemons`` as each is
+    started (the caller kills them), returning once each accepts connections."""
     for j, port in enumerate(free_ports(count) if count else ()):
         endpoint = f"tcp://127.0.0.1:{port}"
         argv = [
@@ -267,7 +282,6 @@ def start_relays(group: Group, count: int) -> list[Daemon]:
             if time.monotonic() > deadline or not daemon.alive:
                 raise RuntimeError(f"relay-{j} did not start: {daemon.log.read_text()[-2000:]}")
             time.sleep(0.05)
-    return daemons
 
 
 def relay_usage(daemon: Daemon) -> dict[str, float]:
