@@ -16,9 +16,11 @@ from agora.sdk.daemon.settings import (
     parse_bool,
     parse_choice,
     parse_endpoint,
+    parse_master_list,
+    parse_optional_path,
     parse_positive_duration,
+    parse_positive_int,
 )
-from agora.sdk.discovery import parse_masters
 from agora.sdk.logs import LOG_FORMATS, LOG_LEVELS
 
 __all__ = ["OPTIONS", "RelaySettings", "load_settings"]
@@ -27,44 +29,32 @@ PROG = "agora-relay"
 DESCRIPTION = "The Agora relay: carries many agents to the leading master over one connection."
 
 
-def _path(text: str) -> Path | None:
-    text = text.strip()
-    return Path(text).expanduser() if text else None
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise ValueError("expected a whole number") from None
-    if value < 1:
-        raise ValueError("expected a whole number >= 1")
-    return value
-
-
-def _masters(text: str) -> tuple[str, ...]:
-    return parse_masters(text) if text.strip() else ()
-
-
 OPTIONS: tuple[Option, ...] = (
     Option("bind", parse_endpoint, "tcp://127.0.0.1:5060", "endpoint the agents connect to"),
-    Option("masters", _masters, (), "the master group, comma-separated (required)"),
+    Option("masters", parse_master_list, (), "the master group, comma-separated (required)"),
     Option(
         "advertise",
         lambda t: t.strip() or None,
         None,
         "the name the relay gives itself in LEADER (default: its bound endpoint)",
     ),
-    Option("endpoint_file", _path, None, "write the bound endpoint here once serving"),
+    Option(
+        "endpoint_file", parse_optional_path, None, "write the bound endpoint here once serving"
+    ),
     Option(
         "curve_secret_key",
-        _path,
+        parse_optional_path,
         None,
         "the relay's CURVE secret key: its agents must trust its public key, and the masters "
         "must admit it and name its principal in their ACL's relays",
     ),
-    Option("curve_authorized_keys", _path, None, "directory of the agents' public keys it admits"),
-    Option("master_public_key", _path, None, "the masters' CURVE public key file"),
+    Option(
+        "curve_authorized_keys",
+        parse_optional_path,
+        None,
+        "directory of the agents' public keys it admits",
+    ),
+    Option("master_public_key", parse_optional_path, None, "the masters' CURVE public key file"),
     Option(
         "insecure",
         parse_bool,
@@ -72,7 +62,7 @@ OPTIONS: tuple[Option, ...] = (
         "run without CURVE on purpose (the masters must run --insecure too)",
         flag=True,
     ),
-    Option("max_agents", _count, DEFAULT_MAX_AGENTS, "most agents the relay carries"),
+    Option("max_agents", parse_positive_int, DEFAULT_MAX_AGENTS, "most agents the relay carries"),
     Option(
         "idle_timeout",
         parse_positive_duration,

@@ -39,10 +39,12 @@ from agora.sdk.daemon.settings import (
     parse_choice,
     parse_duration,
     parse_endpoint,
+    parse_master_list,
     parse_optional_float,
+    parse_optional_path,
     parse_port,
+    parse_positive_int,
 )
-from agora.sdk.discovery import parse_masters
 from agora.sdk.logs import LOG_FORMATS, LOG_LEVELS
 from agora.sdk.resources import ResourceError, Resources
 
@@ -84,21 +86,6 @@ def optional_seconds(text: str) -> float | None:
     return out
 
 
-def positive_int(text: str) -> int:
-    try:
-        out = int(text.strip())
-    except ValueError:
-        raise ValueError("expected a whole number") from None
-    if out < 1:
-        raise ValueError("expected a whole number >= 1")
-    return out
-
-
-def _optional_path(text: str) -> Path | None:
-    text = text.strip()
-    return Path(text).expanduser() if text else None
-
-
 def _path(text: str) -> Path:
     text = text.strip()
     if not text:
@@ -123,12 +110,8 @@ def _share(text: str) -> float:
     return out
 
 
-def _masters(text: str) -> tuple[str, ...]:
-    return parse_masters(text) if text.strip() else ()
-
-
 def _optional_endpoint(text: str) -> str | None:
-    return _masters(text)[0] if text.strip() else None
+    return parse_master_list(text)[0] if text.strip() else None
 
 
 def _optional_port(text: str) -> int | None:
@@ -227,7 +210,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("work_dir", _path, Path("/tmp/agora/master"), "the master's own directory (created)"),
     Option(
         "endpoint_file",
-        _optional_path,
+        parse_optional_path,
         None,
         "write the actual bound endpoint to this file once bound (atomically)",
     ),
@@ -241,7 +224,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("http_bind", _host, "127.0.0.1", "host/address the operator HTTP API listens on"),
     Option(
         "http_credentials",
-        _optional_path,
+        parse_optional_path,
         None,
         'TOML file of principal = "token" (16+ characters): operator calls over HTTP then '
         "need 'Authorization: Bearer TOKEN' and are made as that principal (the ACL applies)",
@@ -249,7 +232,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("cluster", _cluster_name, "agora", "the cluster's name, shown to operators"),
     Option(
         "masters",
-        _masters,
+        parse_master_list,
         (),
         "every master of the election group, this one included: tcp://h1:5050,tcp://h2:5050,... "
         "(1, 3 or 5; default: this master alone)",
@@ -299,7 +282,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "history",
-        _optional_path,
+        parse_optional_path,
         None,
         "append a JSONL history of terms, leadership and commits here (for the fault suite)",
     ),
@@ -320,7 +303,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("agent_ping_interval", positive_seconds, 15.0, "seconds between PINGs to agents"),
     Option(
         "max_agent_ping_timeouts",
-        positive_int,
+        parse_positive_int,
         5,
         "unanswered PINGs before an agent is marked unreachable",
     ),
@@ -354,24 +337,24 @@ OPTIONS: tuple[Option, ...] = (
         10.0,
         "reclaim never stops a task that started less than this many seconds ago",
     ),
-    Option("reclaim_max_victims", positive_int, 100, "tasks reclaim may stop per round"),
+    Option("reclaim_max_victims", parse_positive_int, 100, "tasks reclaim may stop per round"),
     Option("log_format", parse_choice(LOG_FORMATS), "console", "log format: console or json"),
     Option("log_level", parse_choice(LOG_LEVELS), "info", "log level: debug, info, warning, error"),
     Option(
         "curve_secret_key",
-        _optional_path,
+        parse_optional_path,
         None,
         "the master's CURVE secret key file (pyzmq certificate); turns CURVE on",
     ),
     Option(
         "curve_authorized_keys",
-        _optional_path,
+        parse_optional_path,
         None,
         "directory of admitted clients' public keys (<principal>.key)",
     ),
     Option(
         "acl",
-        _optional_path,
+        parse_optional_path,
         None,
         "ACL TOML file (agents, operators, [roles]) by CURVE principal; without CURVE every "
         "client is anonymous and matches only '*' entries",

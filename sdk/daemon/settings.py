@@ -16,7 +16,10 @@ import sys
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NoReturn
+
+from agora.sdk.discovery import parse_masters
 
 __all__ = [
     "Option",
@@ -25,9 +28,12 @@ __all__ = [
     "parse_choice",
     "parse_duration",
     "parse_endpoint",
+    "parse_master_list",
     "parse_optional_float",
+    "parse_optional_path",
     "parse_port",
     "parse_positive_duration",
+    "parse_positive_int",
 ]
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -110,6 +116,28 @@ def parse_port(text: str) -> int:
     if not 0 <= port <= 65_535:
         raise ValueError("expected a port number in 0..65535")
     return port
+
+
+def parse_positive_int(text: str) -> int:
+    """A whole number >= 1."""
+    try:
+        out = int(text.strip())
+    except ValueError:
+        raise ValueError("expected a whole number") from None
+    if out < 1:
+        raise ValueError("expected a whole number >= 1")
+    return out
+
+
+def parse_optional_path(text: str) -> Path | None:
+    """A path (``~`` expanded), or None when empty."""
+    text = text.strip()
+    return Path(text).expanduser() if text else None
+
+
+def parse_master_list(text: str) -> tuple[str, ...]:
+    """Master endpoints, comma-separated (empty: none)."""
+    return parse_masters(text) if text.strip() else ()
 
 
 def parse_optional_float(text: str) -> float | None:
